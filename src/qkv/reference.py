@@ -1,0 +1,125 @@
+"""The formula, written literally in float64: the oracle every fast path is tested against.
+
+    scores  = Q Kᵀ                               (..., Hq, Nq, Nk)
+    scaled  = scores · scale + bias              scale = 1/√d_k by default
+    weights = softmax(scaled) over the keys      masked pairs get weight 0
+    output  = weights V                          (..., Hq, Nq, Dv)
+
+It materialises the full Nq × Nk matrix, so it is for small inputs: tests, ``qkv.explain`` and
+anyone who wants to read the mechanism. The softmax subtracts each row's maximum before
+exponentiating — the same function, without overflow — and a row with no allowed key gets
+weights 0, output 0 and lse = −inf.
+
+The module is callable: ``qkv.reference(q, k, v)`` is ``qkv.reference.attention(q, k, v)``.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+
+import numpy as np
+
+from ._inputs import Problem, check_like, prepare, unbroadcast
+
+__all__ = ["attention", "attention_backward", "attention_weights", "intermediates"]
+
+
+def _expand_kv(x: np.ndarray, group: int) -> np.ndarray:
+    """Repeat each kv head for the ``group`` query heads that read it (GQA)."""
+    return np.repeat(x, group, axis=-3) if group > 1 else x
+
+
+def _sum_groups(x: np.ndarray, group: int) -> np.ndarray:
+    """Inverse of :func:`_expand_kv` for gradients: sum over the query heads of each kv head."""
+    if group == 1:
+        return x
+    *lead, hq, n, d = x.shape
+    return x.reshape(*lead, hq // group, group, n, d).sum(axis=-3)
+
+
+def intermediates(p: Problem) -> dict[str, np.ndarray]:
+    """Every step of the formula for a validated problem, in float64, shaped (*batch, Hq, ...)."""
+    q = p.q.astype(np.float64)
+    k = _expand_kv(p.k.astype(np.float64), p.group)
+    scores = q @ np.swapaxes(k, -1, -2)  # (..., Hq, Nq, Nk)
+    scaled = scores * p.scale
+    if p.bias is not None:
+        scaled = scaled + p.bias.tile(p.q_pos, p.k_pos, None).astype(np.float64)
+    if p.mask is not None:
+        allowed = np.broadcast_to(p.mask.allowed(p.q_pos, p.k_pos, None), scaled.shape)
+    else:
+        allowed = np.ones(scaled.shape, dtype=bool)
+
+    masked = np.where(allowed, scaled, -np.inf)
+    row_max = masked.max(axis=-1, keepdims=True, initial=-np.inf)
+    row_max = np.where(np.isfinite(row_max), row_max, 0.0)  # all-masked rows: avoid −inf − −inf
+    exp = np.exp(masked - row_max)  # exp(−inf) = 0 for masked pairs
+    total = exp.sum(axis=-1, keepdims=True)
+    has_keys = total > 0
+    weights = np.divide(exp, total, out=np.zeros_like(exp), where=has_keys)
+    lse = np.log(total, out=np.full_like(total, -np.inf), where=has_keys) + row_max
+    result = {
+        "scores": scores,
+        "scaled": scaled,
+        "allowed": np.array(allowed),
+        "weights": weights,
+        "lse": lse[..., 0],
+    }
+    if p.v is not None:
+        v = _expand_kv(p.v.astype(np.float64), p.group)
+        result["output"] = weights @ v  # (..., Hq, Nq, Dv)
+    return result
+
+
+def attention(q, k, v, mask=None, bias=None, scale=None, *, return_lse=False, check_finite=True):
+    """softmax(q kᵀ · scale + bias) v in float64, with the arguments of :func:`qkv.attention`."""
+    p = prepare(q, k, v, mask, bias, scale, check_finite=check_finite)
+    steps = intermediates(p)
+    out = p.present(steps["output"])
+    return (out, p.present(steps["lse"], -2)) if return_lse else out
+
+
+def attention_weights(q, k, mask=None, bias=None, scale=None, *, rows=None, check_finite=True):
+    """The weight matrix (..., Hq, Nq, Nk) in float64 (rows ``rows`` only, if given)."""
+    p = prepare(q, k, None, mask, bias, scale, check_finite=check_finite)
+    weights = intermediates(p)["weights"]
+    if rows is not None:
+        weights = weights[..., np.asarray(rows), :]
+    return p.present(weights)
+
+
+def attention_backward(q, k, v, dout, mask=None, bias=None, scale=None, *, check_finite=True):
+    """Gradients (dq, dk, dv) of ``sum(attention(q, k, v) * dout)``, in float64.
+
+    With P the weights and S the scaled scores (the FlashAttention paper's notation):
+        dV = Pᵀ dO,   dP = dO Vᵀ,   dS = P ∘ (dP − rowsum(dP ∘ P)),
+        dQ = dS K · scale,   dK = dSᵀ Q · scale,
+    with dK and dV summed over the query heads that share a kv head (GQA).
+    """
+    p = prepare(q, k, v, mask, bias, scale, check_finite=check_finite)
+    out_shape = p.out_shape(p.v.shape[-1])
+    dout = check_like(dout, "dout", p.present(np.empty(out_shape, dtype=bool)).shape, "the output")
+    dout = np.asarray(dout, dtype=np.float64).reshape(out_shape)
+    steps = intermediates(p)
+    weights = steps["weights"]  # (..., Hq, Nq, Nk)
+    q64 = p.q.astype(np.float64)
+    k64 = _expand_kv(p.k.astype(np.float64), p.group)
+    v64 = _expand_kv(p.v.astype(np.float64), p.group)
+    dv = np.swapaxes(weights, -1, -2) @ dout  # (..., Hq, Nk, Dv)
+    dweights = dout @ np.swapaxes(v64, -1, -2)  # (..., Hq, Nq, Nk)
+    dscaled = weights * (dweights - (dweights * weights).sum(axis=-1, keepdims=True))
+    dq = dscaled @ k64 * p.scale
+    dk = np.swapaxes(dscaled, -1, -2) @ q64 * p.scale
+    shapes = [np.shape(q), np.shape(k), np.shape(v)]
+    grads = (dq, _sum_groups(dk, p.group), _sum_groups(dv, p.group))
+    # Broadcast batch dims: a gradient is summed over the dims its input was broadcast along.
+    return tuple(unbroadcast(g, s, p.two_d) for g, s in zip(grads, shapes, strict=True))
+
+
+class _CallableModule(types.ModuleType):
+    def __call__(self, q, k, v, mask=None, bias=None, scale=None, **kwargs):
+        return attention(q, k, v, mask, bias, scale, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule
