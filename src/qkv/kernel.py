@@ -2,19 +2,19 @@
 
 Forward (FlashAttention-2, Algorithm 1). Queries are cut into tiles of ``TILE_Q`` rows; for
 each query tile the key tiles of ``TILE_K`` keys are visited in order, keeping per query row a
-running maximum ``m``, a running sum ``l`` and an accumulator ``acc``:
+running maximum ``m``, a running sum ``row_sum`` (the paper's ℓ) and an accumulator ``acc``:
 
-    s      = q_tile k_tileᵀ · scale (+ bias)              the tile's scaled scores
-    m_new  = max(m, rowmax(s))
-    p      = exp(s − m_new)                                unnormalised weights, ≤ 1
-    l      = exp(m − m_new) · l + rowsum(p)
-    acc    = exp(m − m_new) · acc + p v_tile
+    s        = q_tile k_tileᵀ · scale (+ bias)              the tile's scaled scores
+    m_new    = max(m, rowmax(s))
+    p        = exp(s − m_new)                                unnormalised weights, ≤ 1
+    row_sum  = exp(m − m_new) · row_sum + rowsum(p)
+    acc      = exp(m − m_new) · acc + p v_tile
     ...
-    out    = acc / l,   lse = m + log(l)
+    out      = acc / row_sum,   lse = m + log(row_sum)
 
 so no Nq × Nk array ever exists. Before touching a tile, the mask classifies it: EMPTY tiles are
 skipped, FULL tiles get no mask arithmetic, PARTIAL tiles have the mask's block applied. A row
-whose ``l`` stays 0 had no allowed key: it returns zeros and ``lse = −inf``.
+whose ``row_sum`` stays 0 had no allowed key: it returns zeros and ``lse = −inf``.
 
 Speed notes (measured on this machine, see benchmarks/):
 - tiles are computed transposed, ``sᵀ = k_tile q_tileᵀ`` of shape (tk, tq), so the softmax
@@ -130,7 +130,7 @@ def _forward_rows(p: Problem, b: int, h: int, q0: int, q1: int, *, with_output: 
     qi = p.q_pos[q0:q1]
 
     m = np.full(tq, -np.inf, dtype=c)  # running max, log2 units
-    l = np.zeros(tq, dtype=c)  # running sum of exp2(s - m)
+    row_sum = np.zeros(tq, dtype=c)  # running sum of exp2(s - m)
     acc = np.zeros((tq, v.shape[-1]), dtype=c) if with_output else None  # (tq, Dv)
     ones = np.ones(TILE_K, dtype=c)
 
@@ -154,19 +154,20 @@ def _forward_rows(p: Problem, b: int, h: int, q0: int, q1: int, *, with_output: 
         np.exp2(s, out=s)  # p: unnormalised weights in (0, 1]
         if kind == PARTIAL:
             s *= allowed  # masked entries exactly 0
-        l *= alpha
-        l += ones[: k1 - k0] @ s  # row sums as one matrix-vector product
+        row_sum *= alpha
+        row_sum += ones[: k1 - k0] @ s  # row sums as one matrix-vector product
         if acc is not None:
             acc *= alpha[:, None]
             acc += s.T @ v[k0:k1].astype(c, copy=False)  # (tq, Dv)
         m = m_new
 
-    has_keys = l > 0
+    has_keys = row_sum > 0
     row_lse = np.full(tq, -np.inf, dtype=c)
-    np.add(m, np.log2(l, where=has_keys, out=np.zeros_like(l)), out=row_lse, where=has_keys)
+    log_sum = np.log2(row_sum, where=has_keys, out=np.zeros_like(row_sum))
+    np.add(m, log_sum, out=row_lse, where=has_keys)
     row_lse *= c.type(LN2)  # natural log, as the API promises
     if acc is not None:
-        np.divide(acc, l[:, None], out=acc, where=has_keys[:, None])
+        np.divide(acc, row_sum[:, None], out=acc, where=has_keys[:, None])
         acc[~has_keys] = 0
     return acc, row_lse
 
@@ -226,15 +227,15 @@ def _forward_small(p: Problem, out: np.ndarray | None, lse: np.ndarray) -> None:
         np.exp2(s, out=s)
         if allowed is not None:
             s *= allowed
-        l = s.sum(axis=-1, keepdims=True)
-        has_keys = l > 0
-        row_lse = np.full_like(l, -np.inf)
-        np.add(m_ref, np.log2(l, where=has_keys, out=np.zeros_like(l)), out=row_lse,
+        row_sum = s.sum(axis=-1, keepdims=True)
+        has_keys = row_sum > 0
+        row_lse = np.full_like(row_sum, -np.inf)
+        np.add(m_ref, np.log2(row_sum, where=has_keys, out=np.zeros_like(row_sum)), out=row_lse,
                where=has_keys)
         lse_g[rows] = row_lse[..., 0] * c.type(LN2)
         if out_g is not None:
             acc = s @ v_g[rows].astype(c, copy=False)  # (b, Hkv, G, Nq, Dv)
-            np.divide(acc, l, out=acc, where=has_keys)
+            np.divide(acc, row_sum, out=acc, where=has_keys)
             out_g[rows] = np.where(has_keys, acc, 0)
 
     chunks = _small_chunks(p)
@@ -248,9 +249,9 @@ def _forward_small(p: Problem, out: np.ndarray | None, lse: np.ndarray) -> None:
 def weights(p: Problem) -> np.ndarray:
     """The exact weights ``(*batch, Hq, Nq, Nk)`` for the (possibly row-subset) problem.
 
-    Each query tile's rows are filled in place in the output — scaled scores, then their
-    softmax — so the only memory is the result itself (plus one tile-row in float32 for
-    float16 inputs). Empty tiles are never computed.
+    Each query tile's rows are filled with scaled scores, then their softmax — so the memory is
+    the result plus one tile-row. Empty tiles are never computed. Weights below the dtype's
+    smallest normal number (1.2e-38 in float32) are returned as 0.
     """
     c = p.compute
     result = np.zeros((*p.batch_shape, p.hq, p.nq, p.nk), dtype=p.dtype)
@@ -288,6 +289,9 @@ def weights(p: Problem) -> np.ndarray:
         np.exp2(rows, out=rows)
         total = rows.sum(axis=1, keepdims=True)
         np.divide(rows, total, out=rows, where=total > 0)
+        # Dividing by the sum can push the smallest weights below the normal range again: flush
+        # them to 0 so that no caller's arithmetic on these weights meets subnormals.
+        np.copyto(rows, 0, where=rows < np.finfo(c).tiny)
         flat[b, h, q0:q1] = rows
 
     work = p.batch_size * p.hq * p.nq * p.nk * p.q.shape[-1]

@@ -123,7 +123,10 @@ class Mask:
         nq, nk = _check_length(nq, "nq"), _check_length(nk, "nk")
         batch, heads = self._hint()
         bound = self.bind(Layout(batch, heads, nq, nk))
-        return np.array(bound.allowed(np.arange(nq), np.arange(nk), None), dtype=bool)
+        dense = np.array(bound.allowed(np.arange(nq), np.arange(nk), None), dtype=bool)
+        if not batch and heads == 1:  # nothing per sequence or per head: a plain matrix
+            dense = dense.reshape(dense.shape[-2:])
+        return dense
 
     # -- per tile ---------------------------------------------------------------------------
     def allowed(self, qi: np.ndarray, kj: np.ndarray, where) -> np.ndarray:
@@ -301,7 +304,8 @@ class _Positional(Mask):
         qlo, qhi = _span(qi)
         klo, khi = _span(kj)
         # key offsets d = j − position(i) over the tile lie within [dmin, dmax]
-        return self._classify_offsets(klo - (qhi + self.offset), khi - (qlo + self.offset), klo, khi)
+        dmin, dmax = klo - (qhi + self.offset), khi - (qlo + self.offset)
+        return self._classify_offsets(dmin, dmax, klo, khi)
 
     def _rule(self, qpos, kpos):
         raise NotImplementedError
@@ -607,7 +611,9 @@ def deny(array) -> Mask:
 class _Predicate(Mask):
     def __init__(self, fn: Callable):
         if not callable(fn):
-            raise TypeError(f"predicate() needs a callable fn(q_idx, k_idx), got {type(fn).__name__}")
+            raise TypeError(
+                f"predicate() needs a callable fn(q_idx, k_idx), got {type(fn).__name__}"
+            )
         self.fn = fn
 
     def allowed(self, qi, kj, where):

@@ -1,0 +1,94 @@
+"""Shared test helpers: kernel configurations and dtype-justified tolerances."""
+
+from __future__ import annotations
+
+import contextlib
+
+import numpy as np
+
+from qkv import kernel
+
+# Every path of the forward kernel, at sizes small enough for property tests:
+#   small   — all heads at once (one tile per head);
+#   tiled   — online softmax over tiles of 8 queries × 16 keys, one thread;
+#   threads — the same tiles on a pool of threads.
+KERNEL_PATHS = ("small", "tiled", "threads")
+
+
+@contextlib.contextmanager
+def kernel_path(path: str):
+    saved = (kernel.TILE_Q, kernel.TILE_K, kernel.SMALL, kernel.THREAD_MIN_WORK)
+    try:
+        if path in ("tiled", "threads"):
+            kernel.TILE_Q, kernel.TILE_K, kernel.SMALL = 8, 16, 0
+        kernel.THREAD_MIN_WORK = 0 if path == "threads" else 1 << 62
+        yield
+    finally:
+        kernel.TILE_Q, kernel.TILE_K, kernel.SMALL, kernel.THREAD_MIN_WORK = saved
+
+
+EPS = {np.dtype(np.float16): 2.0**-11, np.dtype(np.float32): 2.0**-24,
+       np.dtype(np.float64): 2.0**-53}
+
+
+def output_atol(q, k, v, scale=None, bias=None) -> float:
+    """Absolute error allowed in an attention output, from first-order error analysis.
+
+    A scaled score s = scale · q·k summed over Dk terms carries a rounding error of at most
+    ~Dk·eps·scale·max|q|·max|k| (+ the bias's own magnitude times eps); the weights then have a
+    relative error of that size, so the output, a convex blend of values, is off by at most that
+    times max|v|. The kernel computes in float32 for float16 inputs and rounds the result to
+    float16 once, which adds eps16 · max|v|. A factor 8 covers the log2 folding, exp2 and the
+    sums' own rounding.
+    """
+    dtype = np.asarray(v).dtype
+    q, k, v = (np.asarray(x, dtype=np.float64) for x in (q, k, v))
+    dk = q.shape[-1]
+    scale = 1 / np.sqrt(dk) if scale is None else scale
+    compute = np.dtype(np.float32) if dtype == np.float16 else np.dtype(dtype)
+    eps = EPS[compute]
+    s_bound = abs(scale) * dk * _max(q) * _max(k) + (0 if bias is None else _max(bias))
+    vmax = max(_max(v), 1e-30)
+    atol = 8 * eps * (1 + s_bound) * vmax
+    if dtype == np.float16:
+        atol += EPS[np.dtype(np.float16)] * vmax
+    return atol
+
+
+def lse_atol(q, k, dtype, scale=None, bias=None) -> float:
+    """lse = m + log Σ exp(s − m): off by the scores' error plus log's rounding of a sum ≤ Nk."""
+    q, k = np.asarray(q, np.float64), np.asarray(k, np.float64)
+    dk = q.shape[-1]
+    scale = 1 / np.sqrt(dk) if scale is None else scale
+    compute = np.dtype(np.float32) if np.dtype(dtype) == np.float16 else np.dtype(dtype)
+    eps = EPS[compute]
+    s_bound = abs(scale) * dk * _max(q) * _max(k) + (0 if bias is None else _max(bias))
+    return 8 * eps * (1 + s_bound + np.log(max(k.shape[-2], 1)))
+
+
+def _max(x) -> float:
+    x = np.asarray(x, dtype=np.float64)
+    return float(np.abs(x).max()) if x.size else 0.0
+
+
+def grad_atols(q, k, v, dout, scale=None, bias=None) -> tuple[float, float, float]:
+    """Absolute errors allowed in (dq, dk, dv), by the same first-order analysis.
+
+    The recomputed weights P carry a relative error δ ≈ Dk·eps·scale·max|q|·max|k| (see
+    ``output_atol``). With dS = P ∘ (dP − Δ) and |dP − Δ| ≤ 2·Dv·max|dout|·max|v|:
+      dq_i = scale Σ_j dS_ij k_j   — Σ_j P_ij = 1, so error ≲ scale·δ·2Dv|do||v|·|k|
+      dk_j = scale Σ_i dS_ij q_i   — a sum over up to Nq queries: the same times Nq·|q|/|k|
+      dv_j = Σ_i P_ij dout_i       — a sum over up to Nq queries: δ·Nq·|do|·Dv
+    with the factor 8 of ``output_atol`` for the exp2 and accumulation rounding.
+    """
+    dtype = np.asarray(v).dtype
+    q, k, v, dout = (np.asarray(x, np.float64) for x in (q, k, v, dout))
+    dk_, dv_, nq = q.shape[-1], v.shape[-1], q.shape[-2]
+    scale = 1 / np.sqrt(dk_) if scale is None else abs(scale)
+    eps = EPS[np.dtype(np.float32) if dtype == np.float16 else np.dtype(dtype)]
+    s_bound = scale * dk_ * _max(q) * _max(k) + (0 if bias is None else _max(bias))
+    delta = 8 * eps * (1 + s_bound)
+    ds_bound = 2 * dv_ * _max(dout) * _max(v)
+    return (delta * scale * ds_bound * _max(k),
+            delta * scale * ds_bound * _max(q) * nq,
+            delta * nq * _max(dout) * dv_)
