@@ -17,14 +17,16 @@ KERNEL_PATHS = ("small", "tiled", "threads")
 
 @contextlib.contextmanager
 def kernel_path(path: str):
-    saved = (kernel.TILE_Q, kernel.TILE_K, kernel.SMALL, kernel.THREAD_MIN_WORK)
+    names = ("TILE_Q", "TILE_K", "TILE_K_UNMASKED", "SMALL", "THREAD_MIN_WORK")
+    saved = {name: getattr(kernel, name) for name in names}
     try:
         if path in ("tiled", "threads"):
-            kernel.TILE_Q, kernel.TILE_K, kernel.SMALL = 8, 16, 0
+            kernel.TILE_Q, kernel.TILE_K, kernel.TILE_K_UNMASKED, kernel.SMALL = 8, 16, 16, 0
         kernel.THREAD_MIN_WORK = 0 if path == "threads" else 1 << 62
         yield
     finally:
-        kernel.TILE_Q, kernel.TILE_K, kernel.SMALL, kernel.THREAD_MIN_WORK = saved
+        for name, value in saved.items():
+            setattr(kernel, name, value)
 
 
 EPS = {np.dtype(np.float16): 2.0**-11, np.dtype(np.float32): 2.0**-24,

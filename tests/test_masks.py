@@ -135,6 +135,7 @@ def tiles_computed(monkeypatch, n, mask, tile=64):
     monkeypatch.setattr(kernel, "np", counter)
     monkeypatch.setattr(kernel, "TILE_Q", tile)
     monkeypatch.setattr(kernel, "TILE_K", tile)
+    monkeypatch.setattr(kernel, "TILE_K_UNMASKED", tile)
     monkeypatch.setattr(kernel, "SMALL", 0)
     monkeypatch.setattr(kernel, "THREAD_MIN_WORK", 1 << 62)  # one thread: exact counts
     x = np.random.default_rng(0).standard_normal((n, 8)).astype(np.float32)

@@ -1,0 +1,315 @@
+"""qkv's speed and memory against its peers, measured side by side in one run.
+
+    python -m qkv.bench [--quick] [--json results.json] [--only NAME ...]
+
+For each case it times qkv.attention, torch's fused SDPA (when torch is installed) and a naive
+NumPy implementation (when its n × n matrix fits), interleaved, as the median of ≥ 5 runs after a
+warm-up, and prints times, qkv/peer ratios, achieved GFLOP/s, the fraction of the machine's GEMM
+rate measured in the same run, and peak memory (the process's peak RSS above its baseline, reset
+before each measurement through /proc/self/clear_refs). Timings on a shared machine are noisy:
+compare the ratios, not the absolute times.
+
+This machine may set OPENBLAS_CORETYPE (and OPENBLAS_L2_SIZE) to work around old OpenBLAS bugs;
+with a current NumPy they select slower kernels, so the benchmark re-runs itself without them
+(``--keep-blas-env`` keeps them) and reports which BLAS kernel it ran.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+HELP = "benchmark qkv.attention against torch SDPA and naive NumPy, in one run"
+BLAS_ENV = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
+
+
+@dataclass
+class Case:
+    name: str
+    goal: str
+    n: int
+    heads: int = 8
+    dim: int = 64
+    mask: str | None = None  # None, "causal", "window", "documents"
+    dtype: str = "float32"
+    key_scale: float = 1.0  # > 1: scores spread far, most weights would be subnormal
+    backward: bool = False
+    nk: int | None = None
+
+
+CASES = [
+    Case("dense N=2048", "1", 2048),
+    Case("dense N=8192", "1", 8192),
+    Case("causal N=2048", "2", 2048, mask="causal"),
+    Case("causal N=8192", "2", 8192, mask="causal"),
+    Case("window 256, N=16384", "3", 16384, mask="window"),
+    Case("16 documents of 1024, N=16384", "3", 16384, mask="documents"),
+    Case("one long head H=1, N=8192", "4", 8192, heads=1),
+    Case("D=128, N=4096", "5", 4096, dim=128),
+    Case("small N=512", "5", 512),
+    Case("scaled keys (subnormal trap), N=4096", "6", 4096, key_scale=12.0),
+    Case("float16, N=4096", "6", 4096, dtype="float16"),
+    Case("odd sizes N=1000, D=80", "6", 1000, dim=80),
+    Case("forward+backward causal N=2048", "7", 2048, mask="causal", backward=True),
+    Case("forward+backward dense N=4096", "7", 4096, backward=True),
+]
+QUICK = {"dense N=2048", "causal N=2048", "window 256, N=16384", "small N=512",
+         "forward+backward causal N=2048"}
+
+
+@dataclass
+class Result:
+    case: Case
+    seconds: dict[str, float] = field(default_factory=dict)  # peer → median seconds
+    peak_mib: dict[str, float] = field(default_factory=dict)
+    gflops: float = 0.0
+    gemm_fraction: float = 0.0
+    max_error: float = 0.0  # qkv vs torch (or naive), max abs difference
+
+
+# -- memory ------------------------------------------------------------------------------------
+def _rss_kib(field_name: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field_name):
+                return int(line.split()[1])
+    return 0
+
+
+def peak_mib(fn) -> float:
+    """Peak resident memory (MiB) that ``fn()`` adds above the current RSS."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # reset VmHWM, the peak RSS, to the current RSS
+    except OSError:
+        return float("nan")
+    before = _rss_kib("VmRSS:")
+    fn()
+    return max(0, _rss_kib("VmHWM:") - before) / 1024
+
+
+# -- the problem and its peers -----------------------------------------------------------------
+def inputs(case: Case, rng):
+    dtype = np.dtype(case.dtype)
+    nk = case.nk or case.n
+    q = rng.standard_normal((1, case.heads, case.n, case.dim), dtype=np.float32)
+    k = rng.standard_normal((1, case.heads, nk, case.dim), dtype=np.float32) * case.key_scale
+    v = rng.standard_normal((1, case.heads, nk, case.dim), dtype=np.float32)
+    return q.astype(dtype), k.astype(dtype), v.astype(dtype)
+
+
+def qkv_mask(case: Case):
+    import qkv
+
+    if case.mask == "causal":
+        return qkv.causal()
+    if case.mask == "window":
+        return qkv.window(255)
+    if case.mask == "documents":
+        return qkv.documents(np.repeat(np.arange(16), case.n // 16))
+    return None
+
+
+def flops(case: Case) -> float:
+    """Multiply-adds × 2 of the work a mask leaves (QKᵀ and PV), ×2.5 more for the backward."""
+    nk = case.nk or case.n
+    pairs = case.n * nk
+    if case.mask == "causal":
+        pairs = case.n * (case.n + 1) / 2
+    elif case.mask == "window":
+        pairs = case.n * 256
+    elif case.mask == "documents":
+        pairs = 16 * (case.n // 16) ** 2
+    total = 4 * case.heads * pairs * case.dim
+    return total * (3.5 if case.backward else 1.0)
+
+
+def run_qkv(case, q, k, v, mask):
+    import qkv
+
+    if not case.backward:
+        return lambda: qkv.attention(q, k, v, mask=mask)
+
+    dout = np.ones((*q.shape[:-1], v.shape[-1]), dtype=q.dtype)
+
+    def fwd_bwd():
+        out, lse = qkv.attention(q, k, v, mask=mask, return_lse=True)
+        return qkv.attention_backward(q, k, v, out, lse, dout, mask=mask)
+
+    return fwd_bwd
+
+
+def run_torch(case, q, k, v, mask):
+    try:
+        import torch
+    except ImportError:
+        return None
+    torch.set_num_threads(os.cpu_count() or 1)
+    tq, tk, tv = (torch.from_numpy(np.ascontiguousarray(x)) for x in (q, k, v))
+    kwargs = {}
+    if case.mask == "causal":
+        kwargs["is_causal"] = True
+    elif mask is not None:  # torch takes a custom mask as a dense bool matrix
+        kwargs["attn_mask"] = torch.from_numpy(mask.to_dense(q.shape[-2], k.shape[-2]))
+    F = torch.nn.functional
+    if not case.backward:
+        def fwd():
+            with torch.no_grad():
+                return F.scaled_dot_product_attention(tq, tk, tv, **kwargs)
+        return fwd
+    tq, tk, tv = (x.clone().requires_grad_(True) for x in (tq, tk, tv))
+
+    def fwd_bwd():
+        tq.grad = tk.grad = tv.grad = None  # fresh gradients each run, not accumulated ones
+        out = F.scaled_dot_product_attention(tq, tk, tv, **kwargs)
+        out.backward(torch.ones_like(out))
+        return tq.grad.clone()
+
+    return fwd_bwd
+
+
+def run_naive(case, q, k, v, mask):
+    """The formula with the full matrix, in the inputs' dtype (skipped when it needs > 2 GiB)."""
+    nk = k.shape[-2]
+    if case.backward or case.heads * case.n * nk * 4 * 3 > 2 * 2**30:
+        return None
+    allowed = None if mask is None else mask.to_dense(case.n, nk)
+
+    def naive():
+        scores = q @ np.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1]).astype(q.dtype)
+        if allowed is not None:
+            scores = np.where(allowed, scores, -np.inf)
+        scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
+        return (scores / scores.sum(axis=-1, keepdims=True)) @ v
+
+    return naive
+
+
+def gemm_rate(repeats: int = 5) -> float:
+    """GFLOP/s of the BLAS on attention-shaped GEMMs ((2048×64)·(64×2048), 8 heads), all cores."""
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((8, 2048, 64), dtype=np.float32)
+    b = rng.standard_normal((8, 64, 2048), dtype=np.float32)
+    a @ b
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        a @ b
+        times.append(time.perf_counter() - start)
+    return 2 * 8 * 2048 * 2048 * 64 / float(np.median(times)) / 1e9
+
+
+def measure(case: Case, repeats: int, rate: float) -> Result:
+    rng = np.random.default_rng(0)
+    q, k, v = inputs(case, rng)
+    mask = qkv_mask(case)
+    runners = {"qkv": run_qkv(case, q, k, v, mask), "torch": run_torch(case, q, k, v, mask),
+               "naive": run_naive(case, q, k, v, mask)}
+    runners = {name: fn for name, fn in runners.items() if fn is not None}
+    result = Result(case)
+    outputs = {}
+    for name, fn in runners.items():  # warm-up, outputs for the cross-check, and peak memory
+        result.peak_mib[name] = peak_mib(lambda fn=fn, name=name: outputs.__setitem__(name, fn()))
+    times = {name: [] for name in runners}
+    for _ in range(repeats):  # interleaved, so a noisy moment hits every peer alike
+        for name, fn in runners.items():
+            start = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - start)
+    result.seconds = {name: float(np.median(t)) for name, t in times.items()}
+    result.gflops = flops(case) / result.seconds["qkv"] / 1e9
+    result.gemm_fraction = result.gflops / rate
+    peer = "torch" if "torch" in outputs else "naive" if "naive" in outputs else None
+    if peer is not None:
+        ours = outputs["qkv"][0] if case.backward else outputs["qkv"]
+        theirs = outputs[peer]
+        theirs = theirs.detach().numpy() if hasattr(theirs, "detach") else theirs
+        result.max_error = float(np.abs(np.asarray(ours, np.float64) - np.asarray(theirs)).max())
+    return result
+
+
+# -- report ------------------------------------------------------------------------------------
+def report(results: list[Result], rate: float, blas: str) -> None:
+    header = (f"{'case':38} {'goal':>4} {'qkv ms':>9} {'torch ms':>9} {'qkv/torch':>9} "
+              f"{'naive ms':>9} {'qkv/naive':>9} {'GFLOP/s':>8} {'of GEMM':>7} "
+              f"{'qkv MiB':>8} {'torch MiB':>9} {'max err':>8}")
+    print(f"BLAS: {blas}; GEMM rate measured in this run: {rate:.0f} GFLOP/s "
+          f"({os.cpu_count()} cores)")
+    print(header)
+    print("-" * len(header))
+    for r in results:
+        print(f"{r.case.name:38} {r.case.goal:>4} {_ms(r, 'qkv')} {_ms(r, 'torch')} "
+              f"{_ratio(r, 'torch')} {_ms(r, 'naive')} {_ratio(r, 'naive')} {r.gflops:8.0f} "
+              f"{r.gemm_fraction:7.2f} {_mib(r, 'qkv')} {_mib(r, 'torch'):>9} {r.max_error:8.1e}")
+
+
+def _ms(r: Result, name: str) -> str:
+    return f"{r.seconds[name] * 1e3:9.1f}" if name in r.seconds else f"{'—':>9}"
+
+
+def _ratio(r: Result, name: str) -> str:
+    return f"{r.seconds['qkv'] / r.seconds[name]:9.2f}" if name in r.seconds else f"{'—':>9}"
+
+
+def _mib(r: Result, name: str) -> str:
+    value = r.peak_mib.get(name, math.nan)
+    return f"{'—':>8}" if math.isnan(value) else f"{value:8.0f}"
+
+
+def blas_description() -> str:
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        return "unknown (install threadpoolctl)"
+    infos = [i for i in threadpool_info() if i.get("user_api") == "blas"]
+    return ", ".join(f"{i['internal_api']} {i.get('version')} ({i.get('architecture')})"
+                     for i in infos) or "unknown"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--quick", action="store_true", help="a few cases, 3 runs each")
+    parser.add_argument("--repeats", type=int, default=5, help="timed runs per peer (default 5)")
+    parser.add_argument("--only", nargs="*", default=None, help="case names containing these")
+    parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    parser.add_argument("--keep-blas-env", action="store_true",
+                        help="keep OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE as they are")
+
+
+def run(args: argparse.Namespace) -> int:
+    if not args.keep_blas_env and any(v in os.environ for v in BLAS_ENV):
+        env = {k: v for k, v in os.environ.items() if k not in BLAS_ENV}
+        # the same command line (qkv bench … or python -m qkv.bench …), before NumPy loads
+        os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], env)
+    cases = [c for c in CASES if not args.quick or c.name in QUICK]
+    if args.only:
+        cases = [c for c in cases if any(word in c.name for word in args.only)]
+    repeats = 3 if args.quick else max(args.repeats, 5)
+    rate = gemm_rate()
+    results = []
+    for case in cases:
+        results.append(measure(case, repeats, rate))
+        print(f"  measured {case.name}", file=sys.stderr, flush=True)
+    report(results, rate, blas_description())
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"gemm_gflops": rate, "blas": blas_description(), "cores": os.cpu_count(),
+                       "results": [asdict(r) for r in results]}, f, indent=2)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m qkv.bench", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(parser)
+    return run(parser.parse_args(sys.argv[1:] if argv is None else argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
