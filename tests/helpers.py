@@ -10,19 +10,21 @@ from qkv import kernel
 
 # Every path of the forward kernel, at sizes small enough for property tests:
 #   small   — all heads at once (one tile per head);
-#   tiled   — online softmax over tiles of 8 queries × 16 keys, one thread;
-#   threads — the same tiles on a pool of threads.
+#   tiled   — online softmax over tiles of 8 queries × 16 keys, one thread, partial tiles split
+#             into quadrants down to 2 × 2;
+#   threads — the same tiles, unsplit, on a pool of threads.
 KERNEL_PATHS = ("small", "tiled", "threads")
 
 
 @contextlib.contextmanager
 def kernel_path(path: str):
-    names = ("TILE_Q", "TILE_K", "TILE_K_UNMASKED", "SMALL", "THREAD_MIN_WORK")
+    names = ("TILE_Q", "TILE_K", "TILE_K_UNMASKED", "SMALL", "THREAD_MIN_WORK", "SPLIT_MIN")
     saved = {name: getattr(kernel, name) for name in names}
     try:
         if path in ("tiled", "threads"):
             kernel.TILE_Q, kernel.TILE_K, kernel.TILE_K_UNMASKED, kernel.SMALL = 8, 16, 16, 0
         kernel.THREAD_MIN_WORK = 0 if path == "threads" else 1 << 62
+        kernel.SPLIT_MIN = 2 if path == "tiled" else 1 << 30
         yield
     finally:
         for name, value in saved.items():

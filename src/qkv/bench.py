@@ -5,8 +5,9 @@
 For each case it times qkv.attention, torch's fused SDPA (when torch is installed) and a naive
 NumPy implementation (when its n × n matrix fits), interleaved, as the median of ≥ 5 runs after a
 warm-up, and prints times, qkv/peer ratios, achieved GFLOP/s, the fraction of the machine's GEMM
-rate measured in the same run, and peak memory (the process's peak RSS above its baseline, reset
-before each measurement through /proc/self/clear_refs). Timings on a shared machine are noisy:
+rate measured in the same run, and peak memory beyond the inputs: for qkv the exact peak of NumPy's
+allocations (tracemalloc), for torch the process's peak RSS above its baseline, reset before the
+measurement through /proc/self/clear_refs. Timings on a shared machine are noisy:
 compare the ratios, not the absolute times.
 
 This machine may set OPENBLAS_CORETYPE (and OPENBLAS_L2_SIZE) to work around old OpenBLAS bugs;
@@ -22,6 +23,7 @@ import math
 import os
 import sys
 import time
+import tracemalloc
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -54,6 +56,7 @@ CASES = [
     Case("one long head H=1, N=8192", "4", 8192, heads=1),
     Case("D=128, N=4096", "5", 4096, dim=128),
     Case("small N=512", "5", 512),
+    Case("dense N=4096 (goal 6's reference)", "6", 4096),
     Case("scaled keys (subnormal trap), N=4096", "6", 4096, key_scale=12.0),
     Case("float16, N=4096", "6", 4096, dtype="float16"),
     Case("odd sizes N=1000, D=80", "6", 1000, dim=80),
@@ -70,6 +73,7 @@ class Result:
     seconds: dict[str, float] = field(default_factory=dict)  # peer → median seconds
     peak_mib: dict[str, float] = field(default_factory=dict)
     gflops: float = 0.0
+    gemm_gflops: float = 0.0  # the BLAS's rate on attention-shaped GEMMs, timed beside the case
     gemm_fraction: float = 0.0
     max_error: float = 0.0  # qkv vs torch (or naive), max abs difference
 
@@ -180,6 +184,8 @@ def run_naive(case, q, k, v, mask):
     nk = k.shape[-2]
     if case.backward or case.heads * case.n * nk * 4 * 3 > 2 * 2**30:
         return None
+    if q.dtype == np.float16:  # NumPy has no float16 BLAS: its matmul is emulated, minutes long
+        return None
     allowed = None if mask is None else mask.to_dense(case.n, nk)
 
     def naive():
@@ -192,40 +198,54 @@ def run_naive(case, q, k, v, mask):
     return naive
 
 
-def gemm_rate(repeats: int = 5) -> float:
-    """GFLOP/s of the BLAS on attention-shaped GEMMs ((2048×64)·(64×2048), 8 heads), all cores."""
+GEMM_FLOPS = 2 * 8 * 2048 * 2048 * 64
+
+
+def gemm_probe():
+    """A fixed attention-shaped GEMM ((2048×64)·(64×2048), 8 heads), timed beside every case
+    so that the "fraction of the GEMM rate" uses the machine's rate at the same moments."""
     rng = np.random.default_rng(0)
     a = rng.standard_normal((8, 2048, 64), dtype=np.float32)
     b = rng.standard_normal((8, 64, 2048), dtype=np.float32)
-    a @ b
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        a @ b
-        times.append(time.perf_counter() - start)
-    return 2 * 8 * 2048 * 2048 * 64 / float(np.median(times)) / 1e9
+    return lambda: a @ b
 
 
-def measure(case: Case, repeats: int, rate: float) -> Result:
+def measure(case: Case, repeats: int) -> Result:
     rng = np.random.default_rng(0)
     q, k, v = inputs(case, rng)
     mask = qkv_mask(case)
     runners = {"qkv": run_qkv(case, q, k, v, mask), "torch": run_torch(case, q, k, v, mask),
                "naive": run_naive(case, q, k, v, mask)}
     runners = {name: fn for name, fn in runners.items() if fn is not None}
+    runners["gemm"] = gemm_probe()
     result = Result(case)
     outputs = {}
     for name, fn in runners.items():  # warm-up, outputs for the cross-check, and peak memory
+        if name == "gemm":
+            fn()
+            continue
         result.peak_mib[name] = peak_mib(lambda fn=fn, name=name: outputs.__setitem__(name, fn()))
+    # NumPy reports its allocations to tracemalloc: for qkv that is exact, where the RSS may
+    # hide allocations that reuse memory freed by earlier cases.
+    tracemalloc.start()
+    runners["qkv"]()
+    result.peak_mib["qkv"] = tracemalloc.get_traced_memory()[1] / 2**20
+    tracemalloc.stop()
     times = {name: [] for name in runners}
     for _ in range(repeats):  # interleaved, so a noisy moment hits every peer alike
         for name, fn in runners.items():
             start = time.perf_counter()
             fn()
             times[name].append(time.perf_counter() - start)
+            if name == "torch":
+                # torch's OpenMP threads spin for a while after each call; let them go to sleep
+                # so that they do not steal the cores from the next peer's timing.
+                time.sleep(0.2)
+    gemm_seconds = float(np.median(times.pop("gemm")))
     result.seconds = {name: float(np.median(t)) for name, t in times.items()}
     result.gflops = flops(case) / result.seconds["qkv"] / 1e9
-    result.gemm_fraction = result.gflops / rate
+    result.gemm_gflops = GEMM_FLOPS / gemm_seconds / 1e9
+    result.gemm_fraction = result.gflops / result.gemm_gflops
     peer = "torch" if "torch" in outputs else "naive" if "naive" in outputs else None
     if peer is not None:
         ours = outputs["qkv"][0] if case.backward else outputs["qkv"]
@@ -236,18 +256,21 @@ def measure(case: Case, repeats: int, rate: float) -> Result:
 
 
 # -- report ------------------------------------------------------------------------------------
-def report(results: list[Result], rate: float, blas: str) -> None:
+def report_header(blas: str) -> None:
     header = (f"{'case':38} {'goal':>4} {'qkv ms':>9} {'torch ms':>9} {'qkv/torch':>9} "
               f"{'naive ms':>9} {'qkv/naive':>9} {'GFLOP/s':>8} {'of GEMM':>7} "
               f"{'qkv MiB':>8} {'torch MiB':>9} {'max err':>8}")
-    print(f"BLAS: {blas}; GEMM rate measured in this run: {rate:.0f} GFLOP/s "
-          f"({os.cpu_count()} cores)")
+    print(f"BLAS: {blas}; {os.cpu_count()} cores. 'of GEMM': qkv's GFLOP/s over the BLAS's own "
+          "rate on attention-shaped GEMMs, timed interleaved with each case.")
     print(header)
-    print("-" * len(header))
-    for r in results:
-        print(f"{r.case.name:38} {r.case.goal:>4} {_ms(r, 'qkv')} {_ms(r, 'torch')} "
-              f"{_ratio(r, 'torch')} {_ms(r, 'naive')} {_ratio(r, 'naive')} {r.gflops:8.0f} "
-              f"{r.gemm_fraction:7.2f} {_mib(r, 'qkv')} {_mib(r, 'torch'):>9} {r.max_error:8.1e}")
+    print("-" * len(header), flush=True)
+
+
+def report_row(r: Result) -> None:
+    print(f"{r.case.name:38} {r.case.goal:>4} {_ms(r, 'qkv')} {_ms(r, 'torch')} "
+          f"{_ratio(r, 'torch')} {_ms(r, 'naive')} {_ratio(r, 'naive')} {r.gflops:8.0f} "
+          f"{r.gemm_fraction:7.2f} {_mib(r, 'qkv')} {_mib(r, 'torch'):>9} {r.max_error:8.1e}",
+          flush=True)
 
 
 def _ms(r: Result, name: str) -> str:
@@ -291,15 +314,14 @@ def run(args: argparse.Namespace) -> int:
     if args.only:
         cases = [c for c in cases if any(word in c.name for word in args.only)]
     repeats = 3 if args.quick else max(args.repeats, 5)
-    rate = gemm_rate()
+    report_header(blas_description())
     results = []
     for case in cases:
-        results.append(measure(case, repeats, rate))
-        print(f"  measured {case.name}", file=sys.stderr, flush=True)
-    report(results, rate, blas_description())
+        results.append(measure(case, repeats))
+        report_row(results[-1])
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"gemm_gflops": rate, "blas": blas_description(), "cores": os.cpu_count(),
+            json.dump({"blas": blas_description(), "cores": os.cpu_count(),
                        "results": [asdict(r) for r in results]}, f, indent=2)
     return 0
 

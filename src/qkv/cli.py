@@ -14,9 +14,7 @@ import sys
 # name → module; the order is the order shown by `qkv --help`.
 COMMANDS = {
     "demo": "qkv.commands.demo",
-    "look": "qkv.commands.look",
     "bench": "qkv.bench",
-    "train": "qkv.commands.train",
 }
 
 

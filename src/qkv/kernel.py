@@ -41,6 +41,8 @@ from .masks import EMPTY, FULL, PARTIAL
 TILE_Q = 512
 TILE_K = 512
 TILE_K_UNMASKED = 1024
+# Partial tiles split into quadrants down to this size (masks with cheap classification only).
+SPLIT_MIN = 256
 LOG2E = math.log2(math.e)
 LN2 = math.log(2.0)
 # Below these exponents exp2 would return a subnormal number.
@@ -135,7 +137,7 @@ def _forward_rows(p: Problem, b: int, h: int, q0: int, q1: int, *, with_output: 
     k = p.k[bidx][h // p.group]  # (Nk, Dk)
     v = p.v[bidx][h // p.group] if with_output else None  # (Nk, Dv)
     tq = q1 - q0
-    qi = p.q_pos[q0:q1]
+    qi_all = p.q_pos[q0:q1]
 
     m = np.full(tq, -np.inf, dtype=c)  # running max, log2 units
     row_sum = np.zeros(tq, dtype=c)  # running sum of exp2(s - m)
@@ -143,36 +145,50 @@ def _forward_rows(p: Problem, b: int, h: int, q0: int, q1: int, *, with_output: 
     # The clamp compares against a row rather than a scalar: NumPy's broadcast loop is ~2.5×
     # faster than its scalar one for np.maximum (measured, see benchmarks/README.md).
     floor_row = np.full(tq, floor, dtype=c)
-
     tile_k = key_tile(p)
     ones = np.ones(tile_k, dtype=c)
-    for k0, k1 in _blocks(p.nk, tile_k):
-        kj = p.k_pos[k0:k1]
+    split = p.mask is not None and p.mask.cheap_tiles
+
+    def visit(r0: int, r1: int, k0: int, k1: int) -> None:
+        """Rows r0:r1 of this query tile against keys k0:k1; state lives in row-sliced views."""
+        qi, kj = qi_all[r0:r1], p.k_pos[k0:k1]
         kind, block = tiles.classify(qi, kj)
         if kind == EMPTY:
-            continue
-        s = k[k0:k1].astype(c, copy=False) @ q.T  # (tk, tq): scores transposed, log2 units
+            return
+        if kind == PARTIAL and split and min(r1 - r0, k1 - k0) > SPLIT_MIN:
+            # A partial tile (e.g. on the causal diagonal) splits into quadrants, so that its
+            # empty quarters are skipped and its full ones need no mask arithmetic.
+            rm, km = (r0 + r1) // 2, (k0 + k1) // 2
+            for rows in ((r0, rm), (rm, r1)):
+                for keys in ((k0, km), (km, k1)):
+                    visit(*rows, *keys)
+            return
+        s = k[k0:k1].astype(c, copy=False) @ q[r0:r1].T  # (tk, tr): scores transposed, log2
         bias = tiles.bias_tile(qi, kj)
         if bias is not None:
             s += bias.T.astype(c) * c.type(LOG2E)
         if kind == PARTIAL:
-            allowed = np.ascontiguousarray(block.T)  # (tk, tq); read twice, so not strided
+            allowed = np.ascontiguousarray(block.T)  # (tk, tr); read twice, so not strided
             np.copyto(s, -np.inf, where=np.logical_not(allowed))
-        m_new = np.maximum(m, s.max(axis=0))  # (tq,)
+        m_old = m[r0:r1]
+        m_new = np.maximum(m_old, s.max(axis=0))  # (tr,)
         m_ref = np.where(m_new == -np.inf, c.type(0), m_new)  # rows with nothing allowed yet
-        alpha = np.exp2(np.maximum(m - m_ref, floor_row[:tq]))  # rescales what came before
+        alpha = np.exp2(np.maximum(m_old - m_ref, floor_row[r0:r1]))  # rescales what came before
         s -= m_ref
         if kind == PARTIAL or s.min() < floor:  # only then can a weight fall below 2^floor
-            np.maximum(s, floor_row[:tq], out=s)
+            np.maximum(s, floor_row[r0:r1], out=s)
         np.exp2(s, out=s)  # p: unnormalised weights in (0, 1]
         if kind == PARTIAL:
             s *= allowed  # masked entries exactly 0
-        row_sum *= alpha
-        row_sum += ones[: k1 - k0] @ s  # row sums as one matrix-vector product
+        row_sum[r0:r1] *= alpha
+        row_sum[r0:r1] += ones[: k1 - k0] @ s  # row sums as one matrix-vector product
         if acc is not None:
-            acc *= alpha[:, None]
-            acc += s.T @ v[k0:k1].astype(c, copy=False)  # (tq, Dv)
-        m = m_new
+            acc[r0:r1] *= alpha[:, None]
+            acc[r0:r1] += s.T @ v[k0:k1].astype(c, copy=False)  # (tr, Dv)
+        m[r0:r1] = m_new
+
+    for k0, k1 in _blocks(p.nk, tile_k):
+        visit(0, tq, k0, k1)
 
     has_keys = row_sum > 0
     row_lse = np.full(tq, -np.inf, dtype=c)

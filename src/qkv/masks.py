@@ -84,6 +84,9 @@ class Mask:
     """
 
     layout: Layout | None = None
+    # True when ``tile`` answers from index ranges alone (no per-pair work), so the kernel may
+    # re-ask for sub-tiles of a partial tile cheaply.
+    cheap_tiles = False
 
     # -- composition ------------------------------------------------------------------------
     def __and__(self, other: Mask) -> Mask:
@@ -195,6 +198,7 @@ class _Combined(Mask):
 
     def __init__(self, parts: list[Mask]):
         self.parts = parts
+        self.cheap_tiles = all(p.cheap_tiles for p in parts)
 
     def bind(self, layout: Layout) -> Mask:
         bound = copy.copy(self)
@@ -258,6 +262,7 @@ class _Not(Mask):
 
     def __init__(self, inner: Mask):
         self.inner = inner
+        self.cheap_tiles = inner.cheap_tiles
 
     def bind(self, layout):
         bound = copy.copy(self)
@@ -292,6 +297,7 @@ class _Positional(Mask):
     """Base for masks that depend only on positions. Query i stands at i + (Nk − Nq)."""
 
     offset = 0
+    cheap_tiles = True
 
     def _bind(self, layout):
         self.offset = layout.nk - layout.nq
@@ -321,12 +327,16 @@ class _Window(_Positional):
         self.before, self.after, self.name = before, after, name
 
     def _rule(self, qpos, kpos):
-        d = kpos - qpos
-        ok = np.ones(d.shape, dtype=bool)
-        if self.before is not None:
-            ok &= d >= -self.before
+        # Compare against shifted query positions (tq, 1) rather than forming the (tq, tk)
+        # matrix of offsets: one bool pass per bound instead of an int64 matrix and two passes.
+        ok = None
         if self.after is not None:
-            ok &= d <= self.after
+            ok = kpos <= qpos + self.after
+        if self.before is not None:
+            lower = kpos >= qpos - self.before
+            ok = lower if ok is None else np.logical_and(ok, lower, out=ok)
+        if ok is None:
+            ok = np.ones(np.broadcast_shapes(qpos.shape, kpos.shape), dtype=bool)
         return ok
 
     def _classify_offsets(self, dmin, dmax, klo, khi):
@@ -416,6 +426,8 @@ def _batch_broadcast(arr: np.ndarray, lead: tuple[int, ...], batch: tuple[int, .
 class _Padding(Mask):
     """Keys at index ≥ key_lengths[b] (and queries ≥ query_lengths[b]) are denied."""
 
+    cheap_tiles = True
+
     def __init__(self, key_lengths, query_lengths):
         self.key_lengths = _int_array(key_lengths, "key_lengths", "padding")
         self.query_lengths = (None if query_lengths is None
@@ -479,6 +491,8 @@ def padding(key_lengths, query_lengths=None) -> Mask:
 
 class _Documents(Mask):
     """Packed sequences: query i sees key j iff q_ids[..., i] == k_ids[..., j]."""
+
+    cheap_tiles = True  # min/max of the ids decide most tiles
 
     def __init__(self, q_ids, k_ids):
         self.q_ids = _int_array(q_ids, "q_ids", "documents")
