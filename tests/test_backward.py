@@ -8,20 +8,7 @@ from hypothesis import strategies as st
 import qkv
 from helpers import KERNEL_PATHS, grad_atols, kernel_path
 from qkv import reference
-
-
-def finite_difference(f, x, eps=1e-6):
-    """Central differences of the scalar f at x, in float64."""
-    grad = np.zeros_like(x)
-    for idx in np.ndindex(*x.shape):
-        saved = x[idx]
-        x[idx] = saved + eps
-        up = f()
-        x[idx] = saved - eps
-        down = f()
-        x[idx] = saved
-        grad[idx] = (up - down) / (2 * eps)
-    return grad
+from qkv.nn.gradcheck import numerical_grad
 
 
 @pytest.mark.parametrize("mask", [None, qkv.causal(), qkv.padding([3, 0]) & qkv.window(2)],
@@ -39,7 +26,7 @@ def test_reference_backward_matches_finite_differences(mask):
     dq, dk, dv = reference.attention_backward(q, k, v, dout, mask=mask)
     # Central differences have error O(eps²·f''') ≈ 1e-10 here, plus rounding ~1e-16/eps.
     for grad, x in ((dq, q), (dk, k), (dv, v)):
-        np.testing.assert_allclose(grad, finite_difference(loss, x), atol=1e-8, rtol=0)
+        np.testing.assert_allclose(grad, numerical_grad(loss, x), atol=1e-8, rtol=0)
 
 
 @st.composite

@@ -15,6 +15,7 @@ import sys
 COMMANDS = {
     "demo": "qkv.commands.demo",
     "bench": "qkv.bench",
+    "train": "qkv.commands.train",
 }
 
 

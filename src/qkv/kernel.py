@@ -360,6 +360,8 @@ def backward(p: Problem, out: np.ndarray, lse: np.ndarray, dout: np.ndarray):
     # Δ_i = rowsum(dO ∘ O) = rowsum(dO ∘ (P V)) = Σ_j P_ij (dO_i · v_j), the softmax-Jacobian term.
     delta = np.einsum("bhnd,bhnd->bhn", dout_f.astype(c), out_f.astype(c))  # (B, Hq, Nq)
     lse2 = _log2_lse(lse.reshape(p.batch_size, p.hq, p.nq).astype(c))  # (B, Hq, Nq)
+    if p.nq * p.nk <= SMALL:
+        return _backward_small(p, delta, lse2, dout_f)
     scale2 = c.type(p.scale * LOG2E)
     scale = c.type(p.scale)
     floor_row = np.full(TILE_Q, floor, dtype=c)
@@ -407,3 +409,41 @@ def backward(p: Problem, out: np.ndarray, lse: np.ndarray, dout: np.ndarray):
     _threads.run(worker, items, _workers(p, work))
     dq = sum(dq_parts.values()) if dq_parts else np.zeros(shape_q, dtype=c)
     return dq, dk, dv
+
+
+def _backward_small(p: Problem, delta: np.ndarray, lse2: np.ndarray, dout: np.ndarray):
+    """The backward with all heads at once, for problems whose score matrix per head fits in one
+    tile (as :func:`_forward_small`): the same recomputation from lse, batched over (B, Hkv, G)."""
+    c = p.compute
+    floor = EXP2_FLOOR[c]
+    scale = c.type(p.scale)
+    g = (p.batch_size, p.hkv, p.group)
+    dq = np.zeros((*g, p.nq, p.q.shape[-1]), dtype=c)
+    dk = np.zeros((p.batch_size, p.hkv, p.nk, p.q.shape[-1]), dtype=c)
+    dv = np.zeros((p.batch_size, p.hkv, p.nk, p.v.shape[-1]), dtype=c)
+    q_g = p.q.reshape(*g, p.nq, p.q.shape[-1])
+    k_g, v_g = _grouped(p.k, p), _grouped(p.v, p)  # (B, Hkv, 1, Nk, D)
+    do_g = dout.reshape(*g, p.nq, dout.shape[-1])
+    delta_g = delta.reshape(*g, p.nq, 1)
+    lse_g = lse2.reshape(*g, p.nq, 1)
+
+    def worker(_: int, rows: slice) -> None:
+        s, allowed = _small_scores(p, rows)  # (b, Hkv, G, Nq, Nk), log2 units
+        s -= lse_g[rows]
+        if allowed is not None or s.min() < floor:
+            np.maximum(s, np.full(p.nk, floor, dtype=c), out=s)
+        np.exp2(s, out=s)  # the weights P, recomputed
+        if allowed is not None:
+            s *= allowed
+        do = do_g[rows].astype(c, copy=False)
+        k = k_g[rows].astype(c, copy=False)
+        dv[rows] = (np.swapaxes(s, -1, -2) @ do).sum(axis=2)  # Σ over the group: (b, Hkv, Nk, Dv)
+        ds = do @ np.swapaxes(v_g[rows].astype(c, copy=False), -1, -2)  # dP (b, Hkv, G, Nq, Nk)
+        ds -= delta_g[rows]
+        ds *= s  # dS
+        dq[rows] = (ds @ k) * scale
+        dk[rows] = (np.swapaxes(ds, -1, -2) @ q_g[rows].astype(c, copy=False)).sum(axis=2) * scale
+
+    work = 2.5 * p.batch_size * p.hq * p.nq * p.nk * (p.q.shape[-1] + p.v.shape[-1])
+    _threads.run(worker, _small_chunks(p), _workers(p, work))
+    return dq.reshape(p.batch_size, p.hq, p.nq, -1), dk, dv

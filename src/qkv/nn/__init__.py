@@ -1,0 +1,43 @@
+"""Learnable layers on NumPy around qkv's attention: forward, backward, KV cache, Adam.
+
+Every layer follows one pattern (see :mod:`qkv.nn._base`)::
+
+    y = layer(x)                          # forward
+    y, ctx = layer.forward(x)             # forward, keeping what the backward needs
+    dx, grads = layer.backward(ctx, dy)   # grads[name] matches layer.params[name]
+
+Weights are plain NumPy arrays in ``layer.params`` (seeds' row convention, ``y = x W``).
+"""
+
+from .activations import gelu, gelu_backward, relu, relu_backward
+from .attention import MultiHeadAttention, merge_heads, split_heads
+from .block import TransformerBlock
+from .cache import KVCache, LayerCache
+from .embedding import Embedding
+from .interop import masks_from_torch
+from .linear import Linear
+from .loss import log_softmax, softmax_cross_entropy
+from .mlp import MLP
+from .norm import LayerNorm
+from .optim import Adam
+
+__all__ = [
+    "MLP",
+    "Adam",
+    "Embedding",
+    "KVCache",
+    "LayerCache",
+    "LayerNorm",
+    "Linear",
+    "MultiHeadAttention",
+    "TransformerBlock",
+    "gelu",
+    "gelu_backward",
+    "log_softmax",
+    "masks_from_torch",
+    "merge_heads",
+    "relu",
+    "relu_backward",
+    "softmax_cross_entropy",
+    "split_heads",
+]

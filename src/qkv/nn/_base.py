@@ -1,0 +1,95 @@
+"""What every layer in :mod:`qkv.nn` shares: parameters as named arrays, forward and backward.
+
+The pattern (one for all layers, Flax-like in spirit — weights are plain data, apply is code):
+
+    y = layer(x)                          # inference: forward only
+    y, ctx = layer.forward(x)             # training: ctx holds what the backward needs
+    dx, grads = layer.backward(ctx, dy)   # dy = ∂loss/∂y → dx = ∂loss/∂x,
+                                          # grads[name] = ∂loss/∂params[name]
+
+``layer.params`` maps names to the NumPy arrays themselves (not copies), so an optimiser that
+updates them in place (``Adam.step``) updates the layer. ``grads`` has exactly the keys of
+``params``, each with the parameter's shape. A layer holds no per-call state: the same layer may
+be applied several times (weight sharing) and each call's ``ctx`` is kept by the caller.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+FLOAT_DTYPES = (np.float16, np.float32, np.float64)
+
+
+def as_rng(rng) -> np.random.Generator:
+    """``None`` (fresh entropy), an int seed or a Generator → a Generator."""
+    if rng is None or isinstance(rng, numbers.Integral | np.random.Generator):
+        return np.random.default_rng(rng)
+    raise TypeError(f"rng must be None, an int seed or a numpy Generator, got {type(rng).__name__}")
+
+
+def check_dtype(dtype) -> np.dtype:
+    dt = np.dtype(dtype)
+    if dt not in FLOAT_DTYPES:
+        raise TypeError(f"dtype must be float16, float32 or float64, got {dt}")
+    return dt
+
+
+def positive_int(value, name: str, owner: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ValueError(f"{owner}: {name} must be a positive int, got {value!r}")
+    return int(value)
+
+
+def as_input(x, name: str, owner: str, last: int | None = None, dtype=None) -> np.ndarray:
+    """A float array whose last dim is ``last``; promoted with the layer's ``dtype``."""
+    arr = np.asarray(x)
+    if not np.issubdtype(arr.dtype, np.floating):
+        raise TypeError(f"{owner}: {name} must be a float array, got dtype {arr.dtype}")
+    if last is not None and (arr.ndim < 1 or arr.shape[-1] != last):
+        raise ValueError(
+            f"{owner}: {name} has shape {arr.shape} but its last dim must be {last} "
+            f"(shape (..., {last}))"
+        )
+    if dtype is not None:
+        arr = arr.astype(np.result_type(arr.dtype, dtype), copy=False)
+    return arr
+
+
+def sum_to_last(x: np.ndarray) -> np.ndarray:
+    """Sum over every axis but the last: the gradient of a bias broadcast over batch dims."""
+    return x.reshape(-1, x.shape[-1]).sum(axis=0)
+
+
+def outer_sum(x: np.ndarray, dy: np.ndarray) -> np.ndarray:
+    """Σ over batch positions of xᵀ dy: the gradient of W in y = x W. (d_in, d_out)"""
+    return x.reshape(-1, x.shape[-1]).T @ dy.reshape(-1, dy.shape[-1])
+
+
+class Layer:
+    """Base class. Subclasses set ``self.params`` and implement ``forward`` / ``backward``."""
+
+    params: dict[str, np.ndarray]
+
+    def __call__(self, *args, **kwargs):
+        return self.forward(*args, **kwargs)[0]
+
+    def forward(self, *args, **kwargs):  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def backward(self, ctx, dy):  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def zero_grads(self) -> dict[str, np.ndarray]:
+        """A zero gradient for every parameter (to accumulate into)."""
+        return {name: np.zeros_like(p) for name, p in self.params.items()}
+
+    @property
+    def num_params(self) -> int:
+        return sum(int(p.size) for p in self.params.values())
+
+
+def prefixed(prefix: str, named: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """``{"weight": w}`` → ``{"prefix.weight": w}`` (the same arrays)."""
+    return {f"{prefix}.{name}": arr for name, arr in named.items()}

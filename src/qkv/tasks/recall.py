@@ -1,0 +1,187 @@
+"""Associative recall: the seeds' library search as a task, solved by one learned attention layer.
+
+A sequence holds ``n_pairs`` (key, value) pairs — books with a catalogue tag and contents — and
+ends with a query key. The model must output the value stored under that key:
+
+    slot     0        1        2      ...   P−1        P
+    key     k₀       k₁       k₂           k_{P−1}    q = k_j     (the query key)
+    value   v₀       v₁       v₂           v_{P−1}    ?           (the model must say v_j)
+
+Each slot is one position whose input vector is the sum of its key's and its value's embeddings
+(the query slot's value is the special "?" token). Keys in a sequence are distinct; values are
+drawn with replacement. The model is the lookup and nothing more:
+
+    x      = E_key[key] + E_val[value]                         (B, P+1, d)
+    h      = x_q + MHA(x_q, context=x)                          x_q = x[:, P:]  the query slot
+    logits = LN(h) W_out + b_out                                (B, n_values)
+
+MHA's W_Q, W_K, W_V start random. To solve the task the query slot's q must match the key part
+of exactly one slot's k (the matching key) and W_V must carry that slot's value part — the
+seeds' "nothing about query or key is hand-designed" made concrete. ``RecallModel.lookup``
+returns the query's attention weights over the slots, which after training land on the slot
+whose key matches.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from ..nn import Embedding, LayerNorm, Linear, MultiHeadAttention
+from ..nn._base import prefixed
+
+
+@dataclass(frozen=True)
+class RecallConfig:
+    """Everything that defines a run; stored in every checkpoint."""
+
+    n_keys: int = 128
+    n_values: int = 128
+    n_pairs: int = 32
+    d_model: int = 64
+    n_heads: int = 1
+    batch: int = 128
+    lr: float = 3e-3
+    decay_steps: int = 1000  # cosine decay of lr to lr/10 over this many steps, then constant
+    seed: int = 0
+
+    def __post_init__(self):
+        for name in ("n_keys", "n_values", "n_pairs", "d_model", "n_heads", "batch",
+                     "decay_steps"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"RecallConfig: {name} must be a positive int, got {value!r}")
+        if self.n_pairs > self.n_keys:
+            raise ValueError(f"RecallConfig: n_pairs={self.n_pairs} needs at least that many "
+                             f"distinct keys, but n_keys={self.n_keys}")
+        if self.d_model % self.n_heads:
+            raise ValueError(f"RecallConfig: d_model={self.d_model} must be divisible by "
+                             f"n_heads={self.n_heads}")
+        if not self.lr > 0:
+            raise ValueError(f"RecallConfig: lr must be > 0, got {self.lr!r}")
+
+    def lr_at(self, step: int) -> float:
+        """Learning rate for training step ``step`` (0-based): cosine from lr down to lr/10.
+
+        A constant rate lets held-out accuracy sag from 100% to ~99.7% late in training (Adam's
+        steps stay lr-sized while the gradients vanish); decaying it keeps the solution put.
+        """
+        t = min(step, self.decay_steps) / self.decay_steps
+        return self.lr * (0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * t)))
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class RecallBatch:
+    keys: np.ndarray  # (B, P+1) key token per slot; the last slot holds the query key
+    values: np.ndarray  # (B, P+1) value token per slot; the last slot holds "?" (= n_values)
+    target: np.ndarray  # (B,) the value stored under the query key
+    slot: np.ndarray  # (B,) index of the pair whose key matches the query
+
+
+class RecallTask:
+    """Draws recall sequences. Training and held-out data use independent generators."""
+
+    def __init__(self, config: RecallConfig):
+        self.config = config
+
+    def sample(self, rng: np.random.Generator, batch: int) -> RecallBatch:
+        c = self.config
+        # distinct keys per sequence: the first n_pairs of a random permutation of all keys
+        keys = np.argsort(rng.random((batch, c.n_keys)), axis=1)[:, : c.n_pairs]  # (B, P)
+        values = rng.integers(0, c.n_values, (batch, c.n_pairs))  # (B, P)
+        slot = rng.integers(0, c.n_pairs, batch)  # (B,)
+        rows = np.arange(batch)
+        query = keys[rows, slot]
+        return RecallBatch(
+            keys=np.concatenate([keys, query[:, None]], axis=1),
+            values=np.concatenate([values, np.full((batch, 1), c.n_values)], axis=1),
+            target=values[rows, slot], slot=slot,
+        )
+
+    def held_out(self, n: int = 2000) -> RecallBatch:
+        """A fixed held-out set, from a generator no training run ever uses (seed offset)."""
+        return self.sample(np.random.default_rng([self.config.seed, 0xE7A1]), n)
+
+
+class RecallModel:
+    """One attention layer reading the query slot's answer out of the pairs (see module doc).
+
+    Params (flat names, as saved in checkpoints): ``key_emb.weight (n_keys, d)``,
+    ``val_emb.weight (n_values+1, d)``, ``attn.w_q`` … ``attn.b_o``, ``ln.weight``,
+    ``ln.bias``, ``head.weight (d, n_values)``, ``head.bias``.
+    """
+
+    def __init__(self, config: RecallConfig, rng=None, dtype=np.float32):
+        c = config
+        gen = np.random.default_rng(c.seed if rng is None else rng)
+        scale = 1.0 / np.sqrt(c.d_model)  # embeddings of unit norm: O(1) scores at init
+        self.key_emb = Embedding(c.n_keys, c.d_model, rng=gen, dtype=dtype)
+        self.val_emb = Embedding(c.n_values + 1, c.d_model, rng=gen, dtype=dtype)
+        for emb in (self.key_emb, self.val_emb):
+            emb.params["weight"] *= emb.params["weight"].dtype.type(scale)
+        self.attn = MultiHeadAttention(c.d_model, c.n_heads, rng=gen, dtype=dtype)
+        self.ln = LayerNorm(c.d_model, dtype=dtype)
+        self.head = Linear(c.d_model, c.n_values, rng=gen, dtype=dtype)
+        self.config = config
+        self.layers = {"key_emb": self.key_emb, "val_emb": self.val_emb, "attn": self.attn,
+                       "ln": self.ln, "head": self.head}
+        self.params = {n: a for name, layer in self.layers.items()
+                       for n, a in prefixed(name, layer.params).items()}
+
+    def _embed(self, batch: RecallBatch):
+        ek, ck = self.key_emb.forward(batch.keys)
+        ev, cv = self.val_emb.forward(batch.values)
+        return ek + ev, (ck, cv)  # (B, P+1, d)
+
+    def forward(self, batch: RecallBatch):
+        x, c_emb = self._embed(batch)  # (B, S, d), S = P + 1
+        xq = x[:, -1:]  # (B, 1, d): the query slot
+        a, c_att = self.attn.forward(xq, context=x)  # (B, 1, d)
+        h = xq + a
+        z, c_ln = self.ln.forward(h)
+        logits, c_head = self.head.forward(z[:, 0])  # (B, n_values)
+        return logits, (c_emb, c_att, c_ln, c_head)
+
+    def backward(self, ctx, dlogits):
+        c_emb, c_att, c_ln, c_head = ctx
+        dz, g_head = self.head.backward(c_head, dlogits)
+        dh, g_ln = self.ln.backward(c_ln, dz[:, None, :])  # (B, 1, d)
+        (dxq, dx), g_att = self.attn.backward(c_att, dh)
+        dx = dx.copy()
+        dx[:, -1:] += dxq + dh  # the query slot feeds q (dxq) and the residual (dh)
+        _, g_key = self.key_emb.backward(c_emb[0], dx)
+        _, g_val = self.val_emb.backward(c_emb[1], dx)
+        grads = {}
+        for name, g in (("key_emb", g_key), ("val_emb", g_val), ("attn", g_att), ("ln", g_ln),
+                        ("head", g_head)):
+            grads.update(prefixed(name, g))
+        return grads
+
+    def predict(self, batch: RecallBatch) -> np.ndarray:
+        return self.forward(batch)[0].argmax(axis=-1)
+
+    def lookup(self, batch: RecallBatch) -> np.ndarray:
+        """The query slot's attention weights over all slots ``(B, H, S)`` (S = P + 1)."""
+        x, _ = self._embed(batch)
+        return self.attn.attention_weights(x[:, -1:], context=x)[:, :, 0, :]
+
+
+def evaluate(model: RecallModel, batch: RecallBatch, chunk: int = 1000) -> dict[str, float]:
+    """Held-out accuracy and the fraction of queries whose largest weight is on the matching key.
+
+    With several heads, a query counts as a hit when *any* head's largest weight is on it.
+    """
+    correct = hits = 0
+    n = len(batch.target)
+    for start in range(0, n, chunk):
+        part = RecallBatch(*(a[start: start + chunk] for a in
+                             (batch.keys, batch.values, batch.target, batch.slot)))
+        correct += int((model.predict(part) == part.target).sum())
+        top = model.lookup(part).argmax(axis=-1)  # (b, H)
+        hits += int((top == part.slot[:, None]).any(axis=1).sum())
+    return {"accuracy": correct / n, "top_weight_hit": hits / n}

@@ -1,0 +1,171 @@
+"""Associative recall: the model's gradient, the data, checkpoints, resuming, and learning."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import numpy as np
+import pytest
+
+from qkv.cli import main
+from qkv.nn.gradcheck import max_rel_error, numerical_grad
+from qkv.tasks import RecallConfig, RecallModel, RecallTask, Run
+from qkv.tasks import checkpoint as ckpt
+
+pytest.importorskip("safetensors")
+SMALL = RecallConfig(n_keys=16, n_values=16, n_pairs=6, d_model=16, n_heads=2, batch=64,
+                     lr=3e-3, seed=3)
+
+
+def test_task_sequences_are_well_formed():
+    c = RecallConfig(n_keys=20, n_values=7, n_pairs=9)
+    b = RecallTask(c).sample(np.random.default_rng(0), 500)
+    assert b.keys.shape == b.values.shape == (500, 10)
+    pairs = b.keys[:, :-1]
+    assert all(len(set(row)) == 9 for row in pairs)  # distinct keys in a sequence
+    rows = np.arange(500)
+    np.testing.assert_array_equal(b.keys[:, -1], pairs[rows, b.slot])  # query = matching key
+    np.testing.assert_array_equal(b.target, b.values[rows, b.slot])
+    assert (b.values[:, -1] == 7).all() and b.values[:, :-1].max() < 7
+    assert b.slot.min() == 0 and b.slot.max() == 8  # every slot is used
+
+
+def test_held_out_is_independent_of_training_data():
+    task = RecallTask(SMALL)
+    run = Run.fresh(SMALL)
+    train = task.sample(run.rng, 200)
+    held = task.held_out(200)
+    assert not np.array_equal(train.keys, held.keys)
+    np.testing.assert_array_equal(held.keys, task.held_out(200).keys)  # fixed
+
+
+def test_recall_model_backward_matches_finite_differences():
+    model = RecallModel(dataclasses.replace(SMALL, d_model=8), dtype=np.float64)
+    g = np.random.default_rng(0)
+    for p in model.params.values():
+        p += 0.1 * g.standard_normal(p.shape)
+    batch = RecallTask(model.config).sample(np.random.default_rng(1), 5)
+    logits, ctx = model.forward(batch)
+    cot = g.standard_normal(logits.shape)
+    grads = model.backward(ctx, cot)
+    assert set(grads) == set(model.params)
+
+    def loss():
+        return float((model.forward(batch)[0] * cot).sum())
+
+    errors = {n: max_rel_error(grads[n], numerical_grad(loss, p))
+              for n, p in model.params.items()}
+    assert max(errors.values()) < 1e-7, errors  # FD error ~1e-9, see tests/test_nn.py
+
+
+def test_checkpoint_round_trip_is_bit_identical(tmp_path):
+    run = Run.fresh(SMALL)
+    run.train(7, eval_every=5, held_out=50)
+    path = tmp_path / "r.safetensors"
+    run.save(path)
+    back = Run.load(path)
+    assert back.config == run.config and back.step == 7 and back.history == run.history
+    for name, p in run.model.params.items():
+        q = back.model.params[name]
+        assert q.dtype == p.dtype and q.tobytes() == p.tobytes(), name
+    for name, a in run.opt.state_dict().items():
+        assert back.opt.state_dict()[name].tobytes() == a.tobytes(), name
+    assert back.rng.bit_generator.state == run.rng.bit_generator.state
+    tensors, meta = ckpt.load(path)
+    assert meta["task"] == "recall" and all(not k.startswith("_") for k in tensors)
+
+
+def test_resume_continues_bit_for_bit(tmp_path):
+    straight = Run.fresh(SMALL)
+    straight.train(30, eval_every=10, held_out=50)
+    path = tmp_path / "half.safetensors"
+    first = Run.fresh(SMALL)
+    first.train(15, eval_every=10, held_out=50, checkpoint=path)
+    resumed = Run.load(path)
+    assert resumed.step == 15
+    resumed.train(30, eval_every=10, held_out=50)
+    for name, p in straight.model.params.items():
+        assert resumed.model.params[name].tobytes() == p.tobytes(), name
+    # the interrupted run also evaluated at its stopping point, step 15
+    common = [h for h in resumed.history if h["step"] != 15]
+    assert [(h["step"], h["accuracy"]) for h in common] == \
+        [(h["step"], h["accuracy"]) for h in straight.history]
+
+
+def test_same_seed_same_run_other_seed_other_run():
+    a, b, c = Run.fresh(SMALL), Run.fresh(SMALL), Run.fresh(dataclasses.replace(SMALL, seed=4))
+    for r in (a, b, c):
+        r.train(5, eval_every=5, held_out=20)
+    w = "attn.w_q"
+    assert a.model.params[w].tobytes() == b.model.params[w].tobytes()
+    assert a.model.params[w].tobytes() != c.model.params[w].tobytes()
+
+
+def test_a_crash_mid_write_leaves_the_old_checkpoint(tmp_path, monkeypatch):
+    path = tmp_path / "r.safetensors"
+    run = Run.fresh(SMALL)
+    run.save(path)
+    before = path.read_bytes()
+    run.train(3, eval_every=3, held_out=20)
+
+    def crash(fd):
+        raise OSError("disk on fire")
+
+    monkeypatch.setattr(os, "fsync", crash)
+    with pytest.raises(OSError, match="disk on fire"):
+        run.save(path)
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.safetensors"]  # no temp left
+
+
+def test_load_refuses_what_is_not_a_checkpoint(tmp_path):
+    from safetensors.numpy import save_file
+
+    other = tmp_path / "other.safetensors"
+    save_file({"x": np.zeros(2)}, str(other))
+    with pytest.raises(ValueError, match="not a qkv checkpoint"):
+        Run.load(other)
+    with pytest.raises(FileNotFoundError, match="qkv train recall --checkpoint"):
+        Run.load(tmp_path / "missing.safetensors")
+
+
+def test_training_learns_the_lookup():
+    """A smaller task than the default, so it runs in a few seconds: still must reach ≥ 99%."""
+    config = RecallConfig(n_keys=64, n_values=64, n_pairs=16, seed=0)
+    run = Run.fresh(config)
+    start = run.train(1, eval_every=1, held_out=1000)
+    final = run.train(400, eval_every=100, held_out=1000, stop_at=0.995)
+    assert start["accuracy"] < 0.1  # chance is 1/64: it did not know before training
+    assert final["accuracy"] >= 0.99 and final["top_weight_hit"] >= 0.99, final
+
+
+def test_cli_refuses_to_change_a_resumed_run(tmp_path, capsys):
+    path = tmp_path / "r.safetensors"
+    args = ["train", "recall", "--keys", "16", "--values", "16", "--pairs", "6", "--d-model",
+            "16", "--steps", "4", "--eval-every", "2", "--held-out", "50", "--no-progress",
+            "--checkpoint", str(path)]
+    assert main(args) == 0
+    with pytest.raises(SystemExit, match="whose n_pairs is 6, but 7 was given"):
+        main(["train", "recall", "--pairs", "7", "--resume", "--checkpoint", str(path)])
+
+
+@pytest.mark.slow
+def test_cli_default_run_reaches_99_percent_and_explains_it(tmp_path, capsys):
+    """The README's command with its defaults (stopping once ≥ 99.9%), then the explain view."""
+    path = tmp_path / "recall.safetensors"
+    assert main(["train", "recall", "--seed", "0", "--stop-at", "0.999", "--no-progress",
+                 "--checkpoint", str(path)]) == 0
+    run = Run.load(path)
+    assert run.config == RecallConfig(seed=0)
+    assert run.history[-1]["accuracy"] >= 0.99
+    capsys.readouterr()
+    assert main(["train", "explain", "--checkpoint", str(path), "--index", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "← match" in out and "largest weight falls on the" in out
+    assert "✓" in out
+
+
+def test_cli_reports_a_missing_checkpoint_in_one_line(tmp_path):
+    with pytest.raises(SystemExit, match=r"no checkpoint at .*qkv train recall --checkpoint"):
+        main(["train", "explain", "--checkpoint", str(tmp_path / "none.safetensors")])
