@@ -39,3 +39,13 @@ __all__ = [
     "reference",
     "window",
 ]
+
+
+def __getattr__(name: str):
+    # qkv.show lives in the views layer (qkv.render); imported on first use so that
+    # `import qkv` stays the engine alone (PEP 562).
+    if name == "show":
+        from .render import show
+
+        return show
+    raise AttributeError(f"module 'qkv' has no attribute {name!r}")

@@ -14,7 +14,9 @@ import sys
 # name → module; the order is the order shown by `qkv --help`.
 COMMANDS = {
     "demo": "qkv.commands.demo",
+    "look": "qkv.commands.look",
     "bench": "qkv.bench",
+    "explore": "qkv.commands.explore",
     "train": "qkv.commands.train",
 }
 

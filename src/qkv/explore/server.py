@@ -1,0 +1,81 @@
+"""Run the explorer: bind a socket, serve the app with uvicorn, optionally open a browser.
+
+Loopback (127.0.0.1) by default. Port 0 picks a free port; the URL actually served is printed
+as the first line on stdout (``qkv explore: serving on http://127.0.0.1:PORT/``), which is how
+the tests find a server they started with ``--port 0``.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+import sys
+import threading
+import webbrowser
+
+from .app import LOOPBACK_HOSTS, create_app
+
+READY = "qkv explore: serving on "
+
+
+def is_loopback(host: str) -> bool:
+    """Is ``host`` a loopback name or address (only this machine can connect)?"""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def allowed_hosts_for(host: str) -> list[str]:
+    """Host header values to accept when bound to ``host`` (any, for a wildcard bind)."""
+    if host in ("0.0.0.0", "::", ""):
+        return ["*"]
+    return LOOPBACK_HOSTS if is_loopback(host) else [host, *LOOPBACK_HOSTS]
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on (host, port); OSError names the address if it is taken."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host.strip("[]"), port))
+    except OSError as exc:
+        sock.close()
+        raise OSError(f"cannot listen on {host}:{port} ({exc.strerror}); is another server "
+                      "using it? Pick another port with --port, or --port 0 for any free one") \
+            from None
+    sock.listen(128)
+    return sock
+
+
+def url_of(sock: socket.socket, host: str) -> str:
+    port = sock.getsockname()[1]
+    shown = "127.0.0.1" if host in ("0.0.0.0", "") else ("[::1]" if host == "::" else host)
+    shown = f"[{shown.strip('[]')}]" if ":" in shown else shown
+    return f"http://{shown}:{port}/"
+
+
+def serve(host: str = "127.0.0.1", port: int = 8765, open_browser: bool = True) -> None:
+    """Serve the explorer until interrupted (Ctrl-C)."""
+    import uvicorn
+
+    sock = bind(host, port)
+    url = url_of(sock, host)
+    if not is_loopback(host):
+        print(f"qkv explore: warning: listening on {host}, so other machines can reach this "
+              "server; use the default --host 127.0.0.1 to keep it to this machine",
+              file=sys.stderr)
+    app = create_app(allowed_hosts=allowed_hosts_for(host))
+    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
+                            limit_concurrency=200, timeout_keep_alive=5)
+    server = uvicorn.Server(config)
+    print(READY + url, flush=True)
+    if open_browser:
+        threading.Timer(0.5, webbrowser.open, args=(url,)).start()
+    try:
+        server.run(sockets=[sock])
+    finally:
+        sock.close()
