@@ -15,7 +15,16 @@ from __future__ import annotations
 import numpy as np
 
 from .. import functional
-from ._base import Layer, as_input, as_rng, check_dtype, outer_sum, positive_int, sum_to_last
+from ._base import (
+    Layer,
+    as_input,
+    as_rng,
+    check_dtype,
+    matmul_rows,
+    outer_sum,
+    positive_int,
+    sum_to_last,
+)
 
 
 def split_heads(t: np.ndarray, heads: int) -> np.ndarray:
@@ -107,7 +116,7 @@ class MultiHeadAttention(Layer):
         return x.astype(ctx.dtype, copy=False), ctx
 
     def _proj(self, t, name):
-        y = t @ self.params[f"w_{name}"]
+        y = matmul_rows(t, self.params[f"w_{name}"])
         return y + self.params[f"b_{name}"] if self.has_bias else y
 
     def project(self, x, context=None):
@@ -163,7 +172,7 @@ class MultiHeadAttention(Layer):
         p = self.params
         dy = np.asarray(dy, dtype=merged.dtype)
         grads = {"w_o": outer_sum(merged, dy)}
-        dout = split_heads(dy @ p["w_o"].T, self.n_heads)  # (..., H, N, d_head)
+        dout = split_heads(matmul_rows(dy, p["w_o"].T), self.n_heads)  # (..., H, N, d_head)
         dq, dk, dv = functional.attention_backward(
             q, k, v, out, lse, np.ascontiguousarray(dout), mask=mask, scale=self.scale)
         dq, dk, dv = merge_heads(dq), merge_heads(dk), merge_heads(dv)  # (..., N, ·)
@@ -173,8 +182,8 @@ class MultiHeadAttention(Layer):
         if self.has_bias:
             grads.update(b_q=sum_to_last(dq), b_k=sum_to_last(dk), b_v=sum_to_last(dv),
                          b_o=sum_to_last(dy))
-        dx = dq @ p["w_q"].T
-        dsrc = dk @ p["w_k"].T + dv @ p["w_v"].T
+        dx = matmul_rows(dq, p["w_q"].T)
+        dsrc = matmul_rows(dk, p["w_k"].T) + matmul_rows(dv, p["w_v"].T)
         # A context broadcast against x's batch dims receives the sum over them.
         if ctx_in is None:
             dx, dctx = dx + dsrc, None

@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._base import Layer, as_input, as_rng, check_dtype, outer_sum, positive_int, sum_to_last
+from ._base import (
+    Layer,
+    as_input,
+    as_rng,
+    check_dtype,
+    matmul_rows,
+    outer_sum,
+    positive_int,
+    sum_to_last,
+)
 
 
 class Linear(Layer):
@@ -28,7 +37,7 @@ class Linear(Layer):
 
     def forward(self, x):
         x = as_input(x, "x", "Linear", self.d_in, self.dtype)
-        y = x @ self.params["weight"]  # (..., d_out)
+        y = matmul_rows(x, self.params["weight"])  # (..., d_out)
         if "bias" in self.params:
             y = y + self.params["bias"]
         return y, x
@@ -38,7 +47,7 @@ class Linear(Layer):
         grads = {"weight": outer_sum(x, dy).astype(self.dtype, copy=False)}
         if "bias" in self.params:
             grads["bias"] = sum_to_last(dy).astype(self.dtype, copy=False)
-        return dy @ self.params["weight"].T, grads
+        return matmul_rows(dy, self.params["weight"].T), grads
 
     def __repr__(self):
         return f"Linear({self.d_in}, {self.d_out}, bias={'bias' in self.params})"
