@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .masks import Layout
+from .masks import Layout, broadcasts_to
 
 __all__ = ["Bias", "alibi", "alibi_slopes", "as_bias"]
 
@@ -44,11 +44,7 @@ class _Dense(Bias):
 
     def bind(self, layout: Layout) -> Bias:
         full = (*layout.batch_shape, layout.heads, layout.nq, layout.nk)
-        try:
-            ok = np.broadcast_shapes(self.array.shape, full) == full
-        except ValueError:
-            ok = False
-        if not ok:
+        if not broadcasts_to(self.array.shape, full):
             raise ValueError(
                 f"bias has shape {self.array.shape} but scores have shape {full} "
                 "(..., Hq, Nq, Nk): bias must broadcast to them"

@@ -172,6 +172,14 @@ def _flatten(kind: type, *masks: Mask) -> list[Mask]:
     return parts
 
 
+def broadcasts_to(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
+    """Whether an array of ``shape`` broadcasts to exactly ``target`` (without growing it)."""
+    try:
+        return np.broadcast_shapes(shape, target) == tuple(target)
+    except ValueError:
+        return False
+
+
 def _check_length(n, name: str) -> int:
     if isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 0:
         raise ValueError(f"{name} must be a non-negative int, got {n!r}")
@@ -412,11 +420,7 @@ def _int_array(x, name: str, fn: str) -> np.ndarray:
 
 def _batch_broadcast(arr: np.ndarray, lead: tuple[int, ...], batch: tuple[int, ...],
                      what: str) -> None:
-    try:
-        ok = np.broadcast_shapes(lead, batch) == batch
-    except ValueError:
-        ok = False
-    if not ok:
+    if not broadcasts_to(lead, batch):
         raise ValueError(
             f"mask: {what} has leading shape {lead} but the batch dims of q/k/v are {batch}: "
             "it must be shaped like the batch dims or broadcast to them"
@@ -584,11 +588,7 @@ class _Explicit(Mask):
 
     def _bind(self, layout):
         full = (*layout.batch_shape, layout.heads, layout.nq, layout.nk)
-        try:
-            ok = np.broadcast_shapes(self.array.shape, full) == full
-        except ValueError:
-            ok = False
-        if not ok:
+        if not broadcasts_to(self.array.shape, full):
             raise ValueError(
                 f"mask: {'deny' if self.deny else 'allow'}() array has shape {self.array.shape} "
                 f"but scores have shape {full} (..., Hq, Nq, Nk): it must broadcast to them"
