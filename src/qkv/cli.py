@@ -18,6 +18,7 @@ COMMANDS = {
     "bench": "qkv.bench",
     "explore": "qkv.commands.explore",
     "train": "qkv.commands.train",
+    "ring": "qkv.commands.ring",
 }
 
 

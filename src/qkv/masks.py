@@ -144,7 +144,9 @@ class Mask:
         if kind is not None and kind != PARTIAL:
             return kind, None
         block = np.broadcast_to(self.allowed(qi, kj, where), (len(qi), len(kj)))
-        if kind is None:  # no cheap answer: read it off the block
+        # No cheap answer, or positions with gaps (a zigzag shard spans two chunks), where index
+        # ranges overestimate what the tile may hold: read the kind off the block.
+        if kind is None or not (_is_range(qi) and _is_range(kj)):
             if block.all():
                 return FULL, None
             if not block.any():

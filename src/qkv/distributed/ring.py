@@ -1,0 +1,335 @@
+"""Ring attention (Liu et al., 2023): exact attention over sequences sharded across MPI ranks.
+
+Each of P ranks holds a shard of the queries and a shard of the keys and values (see
+``layout.py``). The key/value shards travel around the ring, rank r sending to r+1:
+
+    step t = 0 … P−1: rank r holds the kv shard that rank (r − t) mod P started with.
+                      It posts Isend(shard → r+1) and Irecv(next shard ← r−1), computes its
+                      queries against the shard it holds with the engine's tiled kernel, giving
+                      a partial (out_t, lse_t) normalised within that shard, merges it exactly
+                          lse = logaddexp(lse, lse_t)
+                          out = out · exp(lse_old − lse) + out_t · exp(lse_t − lse)
+                      and only then waits for the transfer, which has run during the compute.
+
+Masks and biases are evaluated at *global* positions (``qkv._inputs.prepare(..., positions=)``),
+so causal, window, prefix, padding and documents masks mean what they mean on the full arrays.
+A shard whose tiles are all EMPTY for this rank's queries is not computed at all (it still
+travels on). Per step and rank the compute is 4·(N/P)²·D flops (q kᵀ and p v) against
+2·(N/P)·D values moved (one k and one v shard): communication hides behind compute once N/P is
+large enough (docs/distributed.md). Memory per rank is the local q, out, lse and two kv buffers:
+O((N/P)·D).
+
+Backward (FlashAttention-2's, per pair of shards): with the *final* out and lse every pair's
+weights are the global ones, so each rank adds the gradients of its queries against each kv
+shard it sees — dq stays home — while the dk/dv accumulators travel one step behind their kv
+shard. After P steps every accumulator has collected all P ranks' contributions and one last
+hop brings it home to the rank that owns the shard.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from .. import kernel
+from .._inputs import Problem, as_array, check_like, prepare, unbroadcast
+from ..masks import EMPTY
+from ..merge import merge
+from ._mpi import communicator
+from .layout import check_layout, positions, shard_length
+
+__all__ = ["ring_attention", "ring_attention_backward"]
+
+TAG_KV, TAG_GRAD = 71, 72
+
+
+# --------------------------------------------------------------------------------------------
+# Agreeing on the global problem
+# --------------------------------------------------------------------------------------------
+def _agree(comm, error: Exception | None) -> None:
+    """Collective: if any rank failed to validate its inputs, every rank raises that error.
+
+    A rank that raised alone would leave the others waiting in the ring forever.
+    """
+    errors = comm.allgather(None if error is None else (type(error), str(error)))
+    for rank, err in enumerate(errors):
+        if err is not None:
+            kind, message = err
+            raise kind(f"{message} (on rank {rank})") from error
+
+
+@dataclass
+class _Ring:
+    comm: object
+    rank: int
+    size: int
+    p: Problem  # this rank's queries against its own kv shard, validated
+    k_shapes: list  # kv shard shapes as each rank passed them
+    v_shapes: list
+    k_pos: list  # global key positions of each rank's shard
+    nq_total: int
+    nk_total: int
+
+    @property
+    def left(self) -> int:
+        return (self.rank - 1) % self.size
+
+    @property
+    def right(self) -> int:
+        return (self.rank + 1) % self.size
+
+    def problem(self, src: int, k: np.ndarray, v: np.ndarray) -> Problem:
+        """This rank's queries against the kv shard that rank ``src`` owns."""
+        return replace(self.p, k=np.broadcast_to(k, (*self.p.batch_shape, *k.shape[-3:]))
+                       if not self.p.two_d else k[None],
+                       v=np.broadcast_to(v, (*self.p.batch_shape, *v.shape[-3:]))
+                       if not self.p.two_d else v[None],
+                       k_pos=self.k_pos[src])
+
+
+def _setup(q, k, v, mask, bias, scale, comm, layout, check_finite, check=None) -> _Ring:
+    comm = communicator(comm)
+    rank, size = comm.Get_rank(), comm.Get_size()
+    meta, error = None, None
+    try:
+        check_layout(layout)
+        arrays = [as_array(x, name) for x, name in ((q, "q"), (k, "k"), (v, "v"))]
+        for name, arr in zip("qkv", arrays, strict=True):
+            if arr.ndim < 2:
+                raise ValueError(f"{name} has shape {arr.shape}: it needs at least 2 dims (N, D)")
+        meta = (layout, *(a.shape for a in arrays), arrays[0].dtype.str)
+    except (TypeError, ValueError) as exc:
+        error = exc
+    _agree(comm, error)
+    metas = comm.allgather(meta)
+
+    # Checks on what every rank sent: the same on every rank, so each raises the same error.
+    layouts = [m[0] for m in metas]
+    if len(set(layouts)) > 1:
+        raise ValueError(f"layout differs across ranks ({layouts}): pass the same on every rank")
+    q_shapes, k_shapes, v_shapes = ([m[i] for m in metas] for i in (1, 2, 3))
+    nq_total = sum(s[-2] for s in q_shapes)
+    nk_total = sum(s[-2] for s in k_shapes)
+    for name, shapes, n in (("q", q_shapes, nq_total), ("k", k_shapes, nk_total),
+                            ("v", v_shapes, nk_total)):
+        if len({s[:-2] + s[-1:] for s in shapes}) > 1:
+            raise ValueError(
+                f"{name} shards have shapes {shapes} across ranks: all but the sequence axis "
+                "(-2) must be the same on every rank"
+            )
+        lengths = [s[-2] for s in shapes]
+        expected = [shard_length(n, r, size, layout) for r in range(size)]
+        if lengths != expected:
+            raise ValueError(
+                f"{name} shards have lengths {lengths} across ranks, but a {layout} layout of "
+                f"{n} positions over {size} ranks has lengths {expected}: make them with "
+                f"qkv.distributed.shard({name}, layout={layout!r})"
+            )
+    if len({m[4] for m in metas}) > 1:
+        raise TypeError(f"dtypes differ across ranks ({[m[4] for m in metas]}): use one dtype")
+
+    k_pos = [positions(nk_total, r, size, layout) for r in range(size)]
+    error = None
+    try:  # the engine's own checks (dtypes, heads, mask and bias against the global sizes)
+        p = prepare(q, k, v, mask, bias, scale, check_finite=check_finite,
+                    positions=(positions(nq_total, rank, size, layout), k_pos[rank],
+                               nq_total, nk_total))
+        if check is not None:
+            check(p)
+    except (TypeError, ValueError) as exc:
+        error = exc
+    _agree(comm, error)
+    return _Ring(comm, rank, size, p, k_shapes, v_shapes, k_pos, nq_total, nk_total)
+
+
+# --------------------------------------------------------------------------------------------
+# The ring
+# --------------------------------------------------------------------------------------------
+def _has_work(p: Problem) -> bool:
+    """Is any tile of this (queries, kv shard) pair not EMPTY? Walks tiles, stops at the first."""
+    if p.nq == 0 or p.nk == 0 or p.batch_size == 0 or p.hq == 0:
+        return False
+    if p.mask is None:
+        return True
+    q_tiles = kernel._blocks(p.nq, kernel.TILE_Q)
+    k_tiles = kernel._blocks(p.nk, kernel.TILE_K)
+    for b in range(p.batch_size):
+        bidx = p.batch_index(b)
+        for h in range(p.hq):
+            for q0, q1 in q_tiles:
+                qi = p.q_pos[q0:q1]
+                for k0, k1 in k_tiles:
+                    kind, _ = p.mask.tile(qi, p.k_pos[k0:k1], (bidx, h))
+                    if kind != EMPTY:  # tiles with gapped positions are judged by their block
+                        return True
+    return False
+
+
+def _travel(ring: _Ring, k: np.ndarray, v: np.ndarray, stats: dict):
+    """Yield ``(src, k_src, v_src)`` for t = 0 … P−1 while the next shard is in flight.
+
+    k and v travel packed in one byte buffer (one message per step; bytes, as MPI has no
+    float16). Two buffers alternate: one is computed on and sent, the other receives.
+    """
+    dtype = np.dtype(ring.p.dtype)
+
+    def nbytes(src):
+        return (np.prod(ring.k_shapes[src]) + np.prod(ring.v_shapes[src])) * dtype.itemsize
+
+    def unpack(buf, src):
+        kn = int(np.prod(ring.k_shapes[src]))
+        flat = buf.view(dtype)
+        return flat[:kn].reshape(ring.k_shapes[src]), flat[kn:].reshape(ring.v_shapes[src])
+
+    most = int(max(nbytes(s) for s in range(ring.size)))
+    bufs = [np.empty(most, np.uint8) for _ in range(min(ring.size, 2))]
+    cur = bufs[0][: int(nbytes(ring.rank))]
+    k_cur, v_cur = unpack(cur, ring.rank)
+    k_cur[...], v_cur[...] = k, v
+    for t in range(ring.size):
+        src = (ring.rank - t) % ring.size
+        reqs, nxt = [], None
+        if t < ring.size - 1:
+            nxt = bufs[(t + 1) % 2][: int(nbytes((src - 1) % ring.size))]
+            reqs = [ring.comm.Irecv(nxt, source=ring.left, tag=TAG_KV),
+                    ring.comm.Isend(cur, dest=ring.right, tag=TAG_KV)]
+        yield (src, *unpack(cur, src))
+        started = time.perf_counter()
+        for req in reqs:
+            req.Wait()
+        stats["wait_s"] += time.perf_counter() - started
+        cur = nxt
+
+
+def _new_stats(stats: dict | None) -> dict:
+    stats = {} if stats is None else stats
+    stats.clear()
+    stats.update(computed=[], skipped=[], compute_s=0.0, wait_s=0.0)
+    return stats
+
+
+def ring_attention(q, k, v, mask=None, bias=None, scale=None, comm=None, layout="zigzag",
+                   return_lse=False, *, check_finite=True, stats=None):
+    """Exact attention on sequence shards: this rank's part of ``qkv.attention`` on the full arrays.
+
+    Collective: every rank of ``comm`` (default ``MPI.COMM_WORLD``) calls it with its shards.
+
+    Args:
+        q: this rank's query shard ``(..., Hq, nq_r, Dk)``, e.g. ``shard(q_full, layout=...)``.
+        k, v: this rank's key and value shards ``(..., Hkv, nk_r, Dk)``, ``(..., Hkv, nk_r, Dv)``.
+            The query and key sequences are sharded independently (cross-attention: Nq != Nk).
+        mask: any qkv mask, built for the *full* sequences (``documents`` ids and ``padding``
+            lengths are global); evaluated at the global positions of each tile.
+        bias: a rule such as ``qkv.alibi()`` or a dense array broadcastable to the full
+            ``(..., Hq, Nq, Nk)``.
+        scale: multiplies q kᵀ; default ``1/sqrt(Dk)``.
+        layout: how the sequences were sharded, ``"zigzag"`` or ``"contiguous"``.
+        return_lse: also return ``lse (..., Hq, nq_r)`` (the backward needs it).
+        stats: a dict to fill with ``computed`` / ``skipped`` (source ranks of the kv shards),
+            ``compute_s`` and ``wait_s`` (seconds computing and waiting for transfers).
+
+    Returns:
+        ``out (..., Hq, nq_r, Dv)`` in the inputs' dtype, or ``(out, lse)``; rows with no
+        allowed key anywhere are zeros with ``lse = -inf``.
+    """
+    ring = _setup(q, k, v, mask, bias, scale, comm, layout, check_finite)
+    stats = _new_stats(stats)
+    p, c = ring.p, ring.p.compute
+    out = np.zeros(p.out_shape(p.v.shape[-1]), dtype=c)  # (*batch, Hq, nq_r, Dv), merged so far
+    lse = np.full(p.out_shape(1)[:-1], -np.inf, dtype=c)  # (*batch, Hq, nq_r)
+    for src, k_src, v_src in _travel(ring, np.asarray(k), np.asarray(v), stats):
+        part = ring.problem(src, k_src, v_src)
+        if not _has_work(part):
+            stats["skipped"].append(src)
+            continue
+        started = time.perf_counter()
+        out_t, lse_t = kernel.forward(part)  # normalised within this kv shard
+        merge(out, lse, out_t, lse_t)
+        stats["compute_s"] += time.perf_counter() - started
+        stats["computed"].append(src)
+    out = p.present(out.astype(p.dtype, copy=False))
+    return (out, p.present(lse, -2)) if return_lse else out
+
+
+def ring_attention_backward(q, k, v, out, lse, dout, mask=None, bias=None, scale=None, comm=None,
+                            layout="zigzag", *, check_finite=True, stats=None):
+    """Gradients ``(dq, dk, dv)`` of this rank's shards: its part of ``qkv.attention_backward``.
+
+    Collective. ``q``, ``k``, ``v``, ``mask``, ``bias``, ``scale`` and ``layout`` are as given to
+    :func:`ring_attention`; ``out`` and ``lse`` are what it returned on this rank
+    (``return_lse=True``) and ``dout`` is ∂loss/∂out for this rank's queries, same shape as out.
+    dq is summed at home over the kv shards; each kv shard's dk/dv accumulator travels the ring
+    one step behind the shard and comes home complete. Results have the shapes and dtype of this
+    rank's q, k and v.
+    """
+    held = {}
+
+    def check(p):
+        shape = p.out_shape(p.v.shape[-1])
+        shown = p.present(np.empty(shape, dtype=bool)).shape
+        held["out"] = check_like(out, "out", shown, "ring_attention(q, k, v) output").reshape(shape)
+        held["dout"] = check_like(dout, "dout", shown, "ring_attention(q, k, v) output") \
+            .reshape(shape)
+        held["lse"] = check_like(lse, "lse", shown[:-1], "the lse of ring_attention(...)") \
+            .reshape(shape[:-1])
+        if check_finite:
+            for name in ("out", "dout"):
+                if not np.isfinite(held[name]).all():
+                    raise ValueError(f"{name} contains NaN or inf")
+
+    ring = _setup(q, k, v, mask, bias, scale, comm, layout, check_finite, check)
+    stats = _new_stats(stats)
+    p, c = ring.p, ring.p.compute
+    dq = np.zeros((p.batch_size, p.hq, p.nq, p.q.shape[-1]), dtype=c)  # (B, Hq, nq_r, Dk)
+
+    def grad_sizes(src):
+        return int(np.prod(ring.k_shapes[src])), int(np.prod(ring.v_shapes[src]))
+
+    most = max(sum(grad_sizes(s)) for s in range(ring.size))
+    acc_bufs = [np.empty(most, dtype=c) for _ in range(2)]  # dk | dv of one shard, travelling
+    sends = [None, None]
+    acc = None
+    for t, (src, k_src, v_src) in enumerate(_travel(ring, np.asarray(k), np.asarray(v), stats)):
+        if sends[t % 2] is not None:  # this buffer left two steps ago: make sure it has gone
+            sends[t % 2].Wait()
+        nk_, nv_ = grad_sizes(src)
+        acc = acc_bufs[t % 2][: nk_ + nv_]
+        recv = ring.comm.Irecv(acc.view(np.uint8), source=ring.left, tag=TAG_GRAD) if t else None
+        part = ring.problem(src, k_src, v_src)
+        contribution = None
+        if _has_work(part):
+            started = time.perf_counter()
+            dq_t, dk_t, dv_t = kernel.backward(part, held["out"], held["lse"], held["dout"])
+            dq += dq_t
+            contribution = [unbroadcast(g.reshape(*p.batch_shape, *g.shape[-3:]), shape, p.two_d)
+                            for g, shape in ((dk_t, ring.k_shapes[src]),
+                                             (dv_t, ring.v_shapes[src]))]
+            stats["compute_s"] += time.perf_counter() - started
+            stats["computed"].append(src)
+        else:
+            stats["skipped"].append(src)
+        if recv is not None:  # the accumulator of this shard, from the ranks it visited before
+            started = time.perf_counter()
+            recv.Wait()
+            stats["wait_s"] += time.perf_counter() - started
+        else:
+            acc[...] = 0
+        if contribution is not None:
+            acc[:nk_] += contribution[0].reshape(-1)
+            acc[nk_:] += contribution[1].reshape(-1)
+        if ring.size > 1:
+            sends[t % 2] = ring.comm.Isend(acc.view(np.uint8), dest=ring.right, tag=TAG_GRAD)
+    if ring.size > 1:  # the last hop: our own shard's accumulator comes home from the left
+        nk_, nv_ = grad_sizes(ring.rank)
+        acc = np.empty(nk_ + nv_, dtype=c)
+        ring.comm.Recv(acc.view(np.uint8), source=ring.left, tag=TAG_GRAD)
+        for req in sends:
+            if req is not None:
+                req.Wait()
+    nk_, _ = grad_sizes(ring.rank)
+    dk = acc[:nk_].reshape(ring.k_shapes[ring.rank])
+    dv = acc[nk_:].reshape(ring.v_shapes[ring.rank])
+    dq = unbroadcast(dq.reshape(*p.batch_shape, *dq.shape[-3:]), np.shape(q), p.two_d)
+    return tuple(g.astype(p.dtype, copy=False) for g in (dq, dk, dv))

@@ -1,0 +1,231 @@
+"""qkv.distributed: ring attention over MPI equals the single-process engine.
+
+The MPI tests launch real ``mpirun -n 2`` and ``mpirun -n 3 --oversubscribe`` runs of
+tests/mpi_cases.py (one launch per size runs every case, as startup costs seconds); each rank
+compares its shards with qkv.attention / qkv.attention_backward on the full arrays and with the
+float64 reference, and rank 0 prints the report parsed here. The tolerances are those of
+tests/helpers.py, justified in mpi_cases.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import qkv
+from qkv.distributed import merge, positions, shard_length
+
+HERE = Path(__file__).parent
+CASES = [
+    "causal", "window", "documents_causal", "padding", "gqa_causal", "gqa_broadcast_batch",
+    "cross_none", "cross_causal", "cross_masked_rows", "prefix_alibi", "two_d_none",
+    "float64_causal", "tiny",
+]
+LAYOUTS = ("zigzag", "contiguous")
+
+
+def mpirun(n: int, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    """Run ``python *args`` on n ranks (oversubscribed: this machine has 2 cores)."""
+    if shutil.which("mpirun") is None:
+        pytest.skip("mpirun not found: apt-get install openmpi-bin libopenmpi-dev")
+    pytest.importorskip("mpi4py", reason="pip install 'qkv[mpi]'")
+    cmd = ["mpirun", "-n", str(n), "--oversubscribe"]
+    if os.geteuid() == 0:
+        cmd.append("--allow-run-as-root")
+    env = dict(os.environ, QKV_NUM_THREADS="1", OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+    return subprocess.run([*cmd, sys.executable, *args], capture_output=True, text=True,
+                          timeout=timeout, env=env, cwd=HERE.parent)
+
+
+_reports: dict[int, dict] = {}
+
+
+def report(size: int) -> dict:
+    if size not in _reports:
+        run = mpirun(size, str(HERE / "mpi_cases.py"))
+        lines = [ln for ln in run.stdout.splitlines() if ln.startswith("RESULT ")]
+        assert run.returncode == 0 and lines, f"mpirun failed:\n{run.stdout}\n{run.stderr}"
+        _reports[size] = json.loads(lines[-1][len("RESULT "):])
+    return _reports[size]
+
+
+@pytest.mark.parametrize("size", [2, 3])
+def test_every_case_ran(size):
+    rep = report(size)
+    assert rep["size"] == size
+    assert sorted(rep["cases"]) == sorted(f"{c}/{lay}" for c in CASES for lay in LAYOUTS)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("size", [2, 3])
+def test_ring_equals_engine(size, case, layout):
+    """Forward (out, lse) and backward (dq, dk, dv) on every rank, against engine and exact."""
+    ranks = report(size)["cases"][f"{case}/{layout}"]
+    assert len(ranks) == size
+    for rank, res in enumerate(ranks):
+        assert "exception" not in res, f"rank {rank}:\n{res.get('exception')}"
+        for key, value in res.items():
+            if key.endswith(("_vs_engine", "_vs_exact")):
+                err, ratio = value
+                assert ratio <= 1, f"rank {rank}: {key} error {err:.3g} is {ratio:.3g}× the bound"
+        for flag in ("lse_masked_same", "masked_rows_zero", "dtypes", "shapes",
+                     "gather_roundtrip"):
+            assert res[flag], f"rank {rank}: {flag} failed"
+
+
+@pytest.mark.parametrize("size", [2, 3])
+def test_fully_masked_rows_are_zero(size):
+    """Queries that see no key (padding, more queries than keys) give zeros on their rank."""
+    for case in ("padding", "cross_masked_rows"):
+        for layout in LAYOUTS:
+            ranks = report(size)["cases"][f"{case}/{layout}"]
+            assert sum(r["masked_rows"] for r in ranks) > 0
+            assert all(r["masked_rows_zero"] for r in ranks)
+    # contiguous: with 190 queries and 60 keys, rank 0's queries are all masked — it computes
+    # nothing, yet passes every kv shard on
+    rank0 = report(size)["cases"]["cross_masked_rows/contiguous"][0]
+    assert rank0["computed"] == [] and sorted(rank0["skipped"]) == list(range(size))
+
+
+@pytest.mark.parametrize("size", [2, 3])
+def test_empty_shards_are_skipped(size):
+    """Causal + contiguous: rank r needs only the kv shards of ranks ≤ r; zigzag needs all."""
+    for case in ("causal", "gqa_causal", "float64_causal"):
+        contiguous = report(size)["cases"][f"{case}/contiguous"]
+        for rank, res in enumerate(contiguous):
+            assert sorted(res["computed"]) == list(range(rank + 1))
+            assert sorted(res["skipped"]) == list(range(rank + 1, size))
+        for res in report(size)["cases"][f"{case}/zigzag"]:
+            assert sorted(res["computed"]) == list(range(size)) and res["skipped"] == []
+
+
+@pytest.mark.parametrize("size", [2, 3])
+def test_bad_input_on_one_rank_raises_on_every_rank(size):
+    for rank, errors in enumerate(report(size)["errors"]):
+        assert errors["wrong_length"].startswith("ValueError: k shards have lengths")
+        assert "qkv.distributed.shard(k" in errors["wrong_length"]
+        assert errors["wrong_dtype"].startswith("TypeError: dtypes differ across ranks")
+        assert errors["raw_mask"].startswith("TypeError: mask got a raw array"), rank
+        assert errors["bad_layout"].startswith("ValueError: layout must be 'zigzag'")
+
+
+def test_demo_checks_against_engine():
+    run = mpirun(2, "-m", "qkv.distributed", "--n", "3001", "--heads", "2", "--dim", "16",
+                 "--mask", "causal", "--backward", "--check", "40")
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "check: 40 rows against the single-process engine" in run.stdout
+    assert " ok" in run.stdout.splitlines()[-1]
+
+
+def test_qkv_ring_command_launches_mpirun():
+    if shutil.which("mpirun") is None:
+        pytest.skip("mpirun not found: apt-get install openmpi-bin libopenmpi-dev")
+    run = subprocess.run([sys.executable, "-m", "qkv", "ring", "--ranks", "3", "--n", "1500",
+                          "--dim", "16", "--layout", "contiguous"], capture_output=True,
+                         text=True, timeout=120, env=dict(os.environ, QKV_NUM_THREADS="1"))
+    assert run.returncode == 0, run.stdout + run.stderr
+    if len(os.sched_getaffinity(0)) < 3:  # more ranks than cores
+        assert "--oversubscribe" in run.stdout.splitlines()[0]
+    assert run.stdout.rstrip().endswith("ok")
+
+
+# --------------------------------------------------------------------------------------------
+# In one process: the layouts, the merge, and life without mpi4py
+# --------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_positions_partition_the_sequence(layout):
+    for size in range(1, 8):
+        for n in [*range(0, 40), 203, 1000]:
+            parts = [positions(n, r, size, layout) for r in range(size)]
+            assert np.array_equal(np.sort(np.concatenate(parts)), np.arange(n))
+            assert [len(p) for p in parts] == [shard_length(n, r, size, layout)
+                                               for r in range(size)]
+            assert max(map(len, parts)) - min(map(len, parts)) <= (1 if layout == "contiguous"
+                                                                   else 2)
+            assert all(np.all(np.diff(p) > 0) for p in parts)  # in order
+
+
+def test_zigzag_balances_causal_work():
+    """Causal work of a query at position i is i + 1 keys: zigzag evens it out, contiguous not."""
+    def work(layout):
+        w = [(positions(4096, r, 4, layout) + 1).sum() for r in range(4)]
+        return max(w) / min(w)
+    assert work("zigzag") < 1.01
+    assert work("contiguous") > 6
+
+
+def test_positions_reject_bad_arguments():
+    with pytest.raises(ValueError, match="layout must be 'zigzag' or 'contiguous'"):
+        positions(10, 0, 2, "ring")
+    with pytest.raises(ValueError, match=r"rank must lie in \[0, size=2\)"):
+        positions(10, 2, 2)
+
+
+def test_merge_of_two_key_sets_is_exact():
+    """Partials over two disjoint key sets, merged, equal attention over all keys (float64)."""
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal((2, 3, 40, 8)) for _ in range(3))
+    mask = qkv.causal()
+    out, lse = qkv.attention(q, k, v, mask=mask, return_lse=True)
+    from qkv import kernel
+    from qkv._inputs import prepare
+
+    def part(sel):
+        p = prepare(q, k[..., sel, :], v[..., sel, :], mask,
+                    positions=(np.arange(40), np.arange(40)[sel], 40, 40))
+        return kernel.forward(p)
+
+    a = np.arange(40) % 3 == 0  # interleaved, so some rows see keys only in one set
+    out_a, lse_a = part(a)
+    out_b, lse_b = part(~a)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        merge(out_a, lse_a, out_b, lse_b)
+    np.testing.assert_allclose(out_a, out, rtol=0, atol=1e-13)
+    np.testing.assert_allclose(lse_a, lse, rtol=0, atol=1e-13)
+
+
+def test_merge_rows_without_keys_stay_zero_without_warnings():
+    out = np.zeros((3, 2))
+    lse = np.array([-np.inf, -np.inf, 0.5])
+    out_b = np.array([[0.0, 0.0], [1.0, 2.0], [3.0, 4.0]])
+    lse_b = np.array([-np.inf, 1.0, -np.inf])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        merge(out, lse, out_b, lse_b)
+    assert np.array_equal(out, [[0, 0], [1, 2], [0, 0]])
+    assert np.array_equal(lse, [-np.inf, 1.0, 0.5])
+
+
+def test_without_mpi4py_import_works_and_calls_say_how_to_install():
+    code = (
+        "import sys; sys.modules['mpi4py'] = None\n"
+        "import numpy as np, qkv.distributed as d\n"
+        "assert len(d.positions(10, 1, 2)) == 5\n"
+        "x = np.zeros((4, 2), np.float32)\n"
+        "try:\n    d.ring_attention(x, x, x)\n"
+        "except ModuleNotFoundError as e:\n    print(e)\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    assert "pip install 'qkv[mpi]'" in run.stdout
+    assert "apt-get install openmpi-bin libopenmpi-dev" in run.stdout
+
+
+def test_comm_must_be_a_communicator():
+    from qkv.distributed import ring_attention, shard
+
+    x = np.zeros((4, 2), np.float32)
+    with pytest.raises(TypeError, match="comm must be an mpi4py communicator"):
+        ring_attention(x, x, x, comm=object())
+    with pytest.raises(TypeError, match="comm must be an mpi4py communicator"):
+        shard(x, comm="world")
