@@ -198,25 +198,37 @@ def run_naive(case, q, k, v, mask):
     return naive
 
 
-GEMM_FLOPS = 2 * 8 * 2048 * 2048 * 64
+GEMM_TILE = (1024, 64, 512)  # (tk, Dk, tq): the kernel's QKᵀ tile GEMM
+GEMM_COUNT = 32
+GEMM_FLOPS = 2 * GEMM_COUNT * GEMM_TILE[0] * GEMM_TILE[1] * GEMM_TILE[2]
 
 
 def gemm_probe():
-    """A fixed attention-shaped GEMM ((2048×64)·(64×2048), 8 heads), timed beside every case
-    so that the "fraction of the GEMM rate" uses the machine's rate at the same moments."""
+    """The BLAS on the kernel's own tile GEMM (1024×64 · 64×512, into preallocated outputs),
+    run on qkv's thread pool with one BLAS thread per worker — the ceiling qkv's kernel works
+    against. Timed beside every case, so the fraction uses the machine's rate at that moment."""
+    from qkv import _threads
+
     rng = np.random.default_rng(0)
-    a = rng.standard_normal((8, 2048, 64), dtype=np.float32)
-    b = rng.standard_normal((8, 64, 2048), dtype=np.float32)
-    return lambda: a @ b
+    tk, d, tq = GEMM_TILE
+    a = rng.standard_normal((tk, d), dtype=np.float32)
+    b = rng.standard_normal((d, tq), dtype=np.float32)
+    workers = _threads.num_workers()
+    outs = [np.empty((tk, tq), dtype=np.float32) for _ in range(workers)]
+
+    def probe():
+        _threads.run(lambda w, _: np.matmul(a, b, out=outs[w]), list(range(GEMM_COUNT)), workers)
+
+    return probe
 
 
-def measure(case: Case, repeats: int) -> Result:
+def measure(case: Case, repeats: int, peers: tuple[str, ...] = ("qkv", "torch", "naive")) -> Result:
     rng = np.random.default_rng(0)
     q, k, v = inputs(case, rng)
     mask = qkv_mask(case)
     runners = {"qkv": run_qkv(case, q, k, v, mask), "torch": run_torch(case, q, k, v, mask),
                "naive": run_naive(case, q, k, v, mask)}
-    runners = {name: fn for name, fn in runners.items() if fn is not None}
+    runners = {name: fn for name, fn in runners.items() if fn is not None and name in peers}
     runners["gemm"] = gemm_probe()
     result = Result(case)
     outputs = {}
@@ -301,6 +313,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repeats", type=int, default=5, help="timed runs per peer (default 5)")
     parser.add_argument("--only", nargs="*", default=None, help="case names containing these")
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    parser.add_argument("--peers", default="torch,naive",
+                        help="peers to time beside qkv, comma-separated (default torch,naive)")
     parser.add_argument("--keep-blas-env", action="store_true",
                         help="keep OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE as they are")
 
@@ -317,7 +331,7 @@ def run(args: argparse.Namespace) -> int:
     report_header(blas_description())
     results = []
     for case in cases:
-        results.append(measure(case, repeats))
+        results.append(measure(case, repeats, ("qkv", *args.peers.split(","))))
         report_row(results[-1])
     if args.json:
         with open(args.json, "w") as f:
