@@ -85,7 +85,7 @@ def key_tile(p: Problem) -> int:
     return TILE_K if p.mask is not None else max(TILE_K, TILE_K_UNMASKED)
 
 
-def _workers(p: Problem, work: float) -> int:
+def _workers(work: float) -> int:
     return 1 if work < THREAD_MIN_WORK else _threads.num_workers()
 
 
@@ -124,7 +124,7 @@ def _forward_tiled(p: Problem, out: np.ndarray | None, lse: np.ndarray) -> None:
         if out_flat is not None:
             out_flat[b, h, q0:q1] = acc
 
-    _threads.run(worker, items, _workers(p, work))
+    _threads.run(worker, items, _workers(work))
 
 
 def _forward_rows(p: Problem, b: int, h: int, q0: int, q1: int, *, with_output: bool):
@@ -201,7 +201,7 @@ def _forward_rows(p: Problem, b: int, h: int, q0: int, q1: int, *, with_output: 
     return acc, row_lse
 
 
-def _grouped(x: np.ndarray, p: Problem) -> np.ndarray:
+def _grouped(x: np.ndarray) -> np.ndarray:
     """(*batch, Hkv, N, D) → (B, Hkv, 1, N, D) so it broadcasts against grouped queries."""
     return x.reshape(-1, *x.shape[-3:])[:, :, None]
 
@@ -219,7 +219,7 @@ def _small_scores(p: Problem, rows: slice) -> tuple[np.ndarray, np.ndarray | Non
     """Scaled scores in log2 units, (b, Hkv, G, Nq, Nk), with masked pairs at −inf."""
     c = p.compute
     q = p.q.reshape(-1, p.hkv, p.group, p.nq, p.q.shape[-1])[rows]  # (b, Hkv, G, Nq, Dk)
-    k = _grouped(p.k, p)[rows]  # (b, Hkv, 1, Nk, Dk)
+    k = _grouped(p.k)[rows]  # (b, Hkv, 1, Nk, Dk)
     s = (q.astype(c) * c.type(p.scale * LOG2E)) @ np.swapaxes(k.astype(c, copy=False), -1, -2)
     if p.bias is not None:
         bias = np.broadcast_to(p.bias.tile(p.q_pos, p.k_pos, None),
@@ -245,7 +245,7 @@ def _forward_small(p: Problem, out: np.ndarray | None, lse: np.ndarray) -> None:
     floor = EXP2_FLOOR[c]
     out_g = None if out is None else out.reshape(-1, p.hkv, p.group, p.nq, out.shape[-1])
     lse_g = lse.reshape(-1, p.hkv, p.group, p.nq)
-    v_g = None if out is None else _grouped(p.v, p)
+    v_g = None if out is None else _grouped(p.v)
 
     def worker(_: int, rows: slice) -> None:
         s, allowed = _small_scores(p, rows)
@@ -270,7 +270,7 @@ def _forward_small(p: Problem, out: np.ndarray | None, lse: np.ndarray) -> None:
 
     chunks = _small_chunks(p)
     work = p.batch_size * p.hq * p.nq * p.nk * p.q.shape[-1]
-    _threads.run(worker, chunks, _workers(p, work))
+    _threads.run(worker, chunks, _workers(work))
 
 
 # --------------------------------------------------------------------------------------------
@@ -325,7 +325,7 @@ def weights(p: Problem) -> np.ndarray:
         flat[b, h, q0:q1] = rows
 
     work = p.batch_size * p.hq * p.nq * p.nk * p.q.shape[-1]
-    _threads.run(worker, items, _workers(p, work))
+    _threads.run(worker, items, _workers(work))
     return result
 
 
@@ -406,7 +406,7 @@ def backward(p: Problem, out: np.ndarray, lse: np.ndarray, dout: np.ndarray):
                 dq[b, h, q0:q1] += (ds.T @ k) * scale  # (tq, Dk)
 
     work = 2.5 * p.batch_size * p.hq * p.nq * p.nk * (dk_ + dv_)
-    _threads.run(worker, items, _workers(p, work))
+    _threads.run(worker, items, _workers(work))
     dq = sum(dq_parts.values()) if dq_parts else np.zeros(shape_q, dtype=c)
     return dq, dk, dv
 
@@ -422,7 +422,7 @@ def _backward_small(p: Problem, delta: np.ndarray, lse2: np.ndarray, dout: np.nd
     dk = np.zeros((p.batch_size, p.hkv, p.nk, p.q.shape[-1]), dtype=c)
     dv = np.zeros((p.batch_size, p.hkv, p.nk, p.v.shape[-1]), dtype=c)
     q_g = p.q.reshape(*g, p.nq, p.q.shape[-1])
-    k_g, v_g = _grouped(p.k, p), _grouped(p.v, p)  # (B, Hkv, 1, Nk, D)
+    k_g, v_g = _grouped(p.k), _grouped(p.v)  # (B, Hkv, 1, Nk, D)
     do_g = dout.reshape(*g, p.nq, dout.shape[-1])
     delta_g = delta.reshape(*g, p.nq, 1)
     lse_g = lse2.reshape(*g, p.nq, 1)
@@ -445,5 +445,5 @@ def _backward_small(p: Problem, delta: np.ndarray, lse2: np.ndarray, dout: np.nd
         dk[rows] = (np.swapaxes(ds, -1, -2) @ q_g[rows].astype(c, copy=False)).sum(axis=2) * scale
 
     work = 2.5 * p.batch_size * p.hq * p.nq * p.nk * (p.q.shape[-1] + p.v.shape[-1])
-    _threads.run(worker, _small_chunks(p), _workers(p, work))
+    _threads.run(worker, _small_chunks(p), _workers(work))
     return dq.reshape(p.batch_size, p.hq, p.nq, -1), dk, dv
