@@ -32,7 +32,7 @@ def _best(fn, rounds: int, inner: int) -> float:
 def bench_step(rounds: int) -> None:
     import torch
 
-    from qkv._threads import single_threaded_blas
+    from qkv.engine.threads import single_threaded_blas
     from qkv.tasks import RecallConfig, RecallTask, Run
 
     torch.set_num_threads(1)  # the same single BLAS thread qkv's training loop uses

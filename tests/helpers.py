@@ -5,30 +5,34 @@ from __future__ import annotations
 import contextlib
 
 import numpy as np
+import pytest
 
-from qkv import kernel
+from qkv.engine import has_numba, kernel_config
 
-# Every path of the forward kernel, at sizes small enough for property tests:
-#   small   — all heads at once (one tile per head);
+# Every path of the kernel, at sizes small enough for property tests:
+#   small   — all heads at once (one tile step over every row);
 #   tiled   — online softmax over tiles of 8 queries × 16 keys, one thread, partial tiles split
 #             into quadrants down to 2 × 2;
 #   threads — the same tiles, unsplit, on a pool of threads.
 KERNEL_PATHS = ("small", "tiled", "threads")
+# Both tile steps: NumPy (always there) and compiled (the qkv[fast] extra, Numba).
+BACKENDS = ("numpy", "compiled")
+needs_numba = pytest.mark.skipif(not has_numba(), reason="the compiled step needs Numba")
+BACKEND_PARAMS = [pytest.param("numpy"), pytest.param("compiled", marks=needs_numba)]
 
 
 @contextlib.contextmanager
-def kernel_path(path: str):
-    names = ("TILE_Q", "TILE_K", "TILE_K_UNMASKED", "SMALL", "THREAD_MIN_WORK", "SPLIT_MIN")
-    saved = {name: getattr(kernel, name) for name in names}
-    try:
-        if path in ("tiled", "threads"):
-            kernel.TILE_Q, kernel.TILE_K, kernel.TILE_K_UNMASKED, kernel.SMALL = 8, 16, 16, 0
-        kernel.THREAD_MIN_WORK = 0 if path == "threads" else 1 << 62
-        kernel.SPLIT_MIN = 2 if path == "tiled" else 1 << 30
-        yield
-    finally:
-        for name, value in saved.items():
-            setattr(kernel, name, value)
+def kernel_path(path: str, backend: str = "numpy"):
+    """Run a block on one path of the kernel with one tile step (see KERNEL_PATHS)."""
+    tiles = dict(tile_q=8, tile_k=16, tile_k_unmasked=16, small=0) if path != "small" else {}
+    with kernel_config(
+        **tiles,
+        thread_min_work=0 if path == "threads" else 1 << 62,
+        split_min=2 if path == "tiled" else 1 << 30,
+        workers=2 if path == "threads" else None,
+        backend=backend,
+    ) as config:
+        yield config
 
 
 EPS = {np.dtype(np.float16): 2.0**-11, np.dtype(np.float32): 2.0**-24,

@@ -6,7 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import qkv
-from helpers import KERNEL_PATHS, kernel_path, lse_atol, output_atol
+from helpers import BACKEND_PARAMS, KERNEL_PATHS, kernel_path, lse_atol, output_atol
 from qkv import reference
 
 DTYPES = [np.float16, np.float32, np.float64]
@@ -100,17 +100,18 @@ def dense_bias(bias):
 
 
 @pytest.mark.parametrize("path", KERNEL_PATHS)
+@pytest.mark.parametrize("backend", BACKEND_PARAMS)
 @given(problem=problems())
-def test_matches_reference(path, problem):
+def test_matches_reference(path, backend, problem):
     q, k, v, mask, bias, scale = problem
-    with kernel_path(path):
+    with kernel_path(path, backend):
         out, lse = qkv.attention(q, k, v, mask=mask, bias=bias, scale=scale, return_lse=True)
     ref_out, ref_lse = reference.attention(q, k, v, mask=mask, bias=bias, scale=scale,
                                            return_lse=True)
     assert out.dtype == q.dtype
     assert out.shape == ref_out.shape
     bias_mag = dense_bias(bias)
-    if isinstance(bias, qkv.bias.Bias) and bias is not None:  # alibi: |slope·distance| ≤ 40
+    if isinstance(bias, qkv.engine.bias.Bias) and bias is not None:  # alibi: |slope·distance| ≤ 40
         bias_mag = np.array([40.0])
     atol = output_atol(q, k, v, scale, bias_mag)
     np.testing.assert_allclose(out.astype(np.float64), ref_out, rtol=0, atol=atol)
@@ -138,14 +139,15 @@ def test_large_problem_crosses_real_tiles(dtype):
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("path", KERNEL_PATHS)
-def test_huge_scores_stay_exact(dtype, path):
+@pytest.mark.parametrize("backend", BACKEND_PARAMS)
+def test_huge_scores_stay_exact(dtype, path, backend):
     # Scores of ±1e4: a naive exp overflows; the online softmax must not.
     rng = np.random.default_rng(6)
     q = (rng.standard_normal((2, 30, 8)) * 100).astype(dtype)
     k = (rng.standard_normal((2, 40, 8)) * 100).astype(dtype)
     v = rng.standard_normal((2, 40, 3)).astype(dtype)
     assert np.abs(q[0] @ k[0].T).max() > 1e4
-    with kernel_path(path):
+    with kernel_path(path, backend):
         out, lse = qkv.attention(q, k, v, return_lse=True, mask=qkv.causal())
     ref, ref_lse = reference.attention(q, k, v, return_lse=True, mask=qkv.causal())
     assert np.isfinite(out).all()
@@ -154,7 +156,8 @@ def test_huge_scores_stay_exact(dtype, path):
 
 
 @pytest.mark.parametrize("path", KERNEL_PATHS)
-def test_float16_near_overflow(path):
+@pytest.mark.parametrize("backend", BACKEND_PARAMS)
+def test_float16_near_overflow(path, backend):
     # float16 tops out at 65504: q·k overflows float16 but not the float32 accumulation, and
     # values near the top of the range come back finite.
     rng = np.random.default_rng(7)
@@ -162,7 +165,7 @@ def test_float16_near_overflow(path):
     k = (rng.standard_normal((33, 16)) * 100).astype(np.float16)
     v = rng.uniform(-60000, 60000, (33, 4)).astype(np.float16)
     assert np.abs(q.astype(np.float32) @ k.T.astype(np.float32)).max() > 65504
-    with kernel_path(path):
+    with kernel_path(path, backend):
         out = qkv.attention(q, k, v, scale=1.0)
     assert out.dtype == np.float16 and np.isfinite(out).all()
     ref = reference.attention(q, k, v, scale=1.0)
@@ -171,7 +174,8 @@ def test_float16_near_overflow(path):
 
 
 @pytest.mark.parametrize("path", KERNEL_PATHS)
-def test_would_be_subnormal_weights_stay_exact(path):
+@pytest.mark.parametrize("backend", BACKEND_PARAMS)
+def test_would_be_subnormal_weights_stay_exact(path, backend):
     # Keys scaled up so most weights fall below float32's smallest normal (the subnormal trap).
     rng = np.random.default_rng(8)
     q = rng.standard_normal((40, 16)).astype(np.float32)
@@ -179,7 +183,7 @@ def test_would_be_subnormal_weights_stay_exact(path):
     v = rng.standard_normal((50, 4)).astype(np.float32)
     weights = reference.attention_weights(q, k)
     assert ((weights > 0) & (weights < np.finfo(np.float32).tiny)).mean() > 0.01
-    with kernel_path(path):
+    with kernel_path(path, backend):
         out = qkv.attention(q, k, v)
         w = qkv.attention_weights(q, k)
     np.testing.assert_allclose(out, reference.attention(q, k, v), atol=output_atol(q, k, v))
@@ -190,14 +194,15 @@ def test_would_be_subnormal_weights_stay_exact(path):
 
 
 @pytest.mark.parametrize("path", KERNEL_PATHS)
-def test_fully_masked_rows_are_zero_without_warnings(path):
+@pytest.mark.parametrize("backend", BACKEND_PARAMS)
+def test_fully_masked_rows_are_zero_without_warnings(path, backend):
     # pytest turns RuntimeWarnings into errors, so a 0/0 or log(0) here fails the test.
     rng = np.random.default_rng(9)
     q = rng.standard_normal((2, 3, 20, 4)).astype(np.float32)
     k = rng.standard_normal((2, 3, 20, 4)).astype(np.float32)
     v = rng.standard_normal((2, 3, 20, 5)).astype(np.float32)
     mask = qkv.padding([0, 20], [20, 7])  # batch 0: no keys at all; batch 1: rows ≥ 7 padded
-    with kernel_path(path):
+    with kernel_path(path, backend):
         out, lse = qkv.attention(q, k, v, mask=mask, return_lse=True)
         weights = qkv.attention_weights(q, k, mask=mask)
     assert not out[0].any() and np.isneginf(lse[0]).all()

@@ -6,7 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import qkv
-from helpers import KERNEL_PATHS, grad_atols, kernel_path
+from helpers import BACKEND_PARAMS, KERNEL_PATHS, grad_atols, kernel_path
 from qkv import reference
 from qkv.nn.gradcheck import numerical_grad
 
@@ -48,11 +48,12 @@ def grad_problems(draw):
 
 
 @pytest.mark.parametrize("path", KERNEL_PATHS)
+@pytest.mark.parametrize("backend", BACKEND_PARAMS)
 @given(problem=grad_problems())
-def test_tiled_backward_matches_reference(path, problem):
+def test_tiled_backward_matches_reference(path, backend, problem):
     q, k, v, mask, bias = problem
     rng = np.random.default_rng(1)
-    with kernel_path(path):
+    with kernel_path(path, backend):
         out, lse = qkv.attention(q, k, v, mask=mask, bias=bias, return_lse=True)
         dout = rng.standard_normal(out.shape).astype(q.dtype)
         grads = qkv.attention_backward(q, k, v, out, lse, dout, mask=mask, bias=bias)

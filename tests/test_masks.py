@@ -4,10 +4,11 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from qkv.masks import EMPTY, FULL, PARTIAL, Layout
 
 import qkv
-from qkv import kernel
-from qkv.masks import EMPTY, FULL, PARTIAL, Layout
+from helpers import BACKEND_PARAMS
+from qkv.engine import TileStats, kernel_config
 
 
 def literal(name, nq, nk, **kw):
@@ -101,11 +102,11 @@ def test_tile_classification_agrees_with_dense(name, nq, nk, seed, data):
     rng = np.random.default_rng(seed)
     mask = MASKS[name](nq, nk, rng)
     bound = mask.bind(Layout((2,), 1, nq, nk))
-    dense = np.broadcast_to(bound.allowed(np.arange(nq), np.arange(nk), None), (2, 1, nq, nk))
+    dense = np.broadcast_to(bound.dense(np.arange(nq), np.arange(nk)), (2, 1, nq, nk))
     qi = np.array(sorted(data.draw(st.sets(st.integers(0, nq - 1), min_size=1))))
     kj = np.array(sorted(data.draw(st.sets(st.integers(0, nk - 1), min_size=1))))
     b = data.draw(st.integers(0, 1))
-    kind, block = bound.tile(qi, kj, ((b,), 0))
+    kind, block = bound.tile(qi, kj, b, 0)
     expected = dense[b, 0][np.ix_(qi, kj)]
     if kind == EMPTY:
         assert not expected.any()
@@ -113,46 +114,30 @@ def test_tile_classification_agrees_with_dense(name, nq, nk, seed, data):
         assert expected.all()
     else:
         assert kind == PARTIAL
-        np.testing.assert_array_equal(block, expected)
+        np.testing.assert_array_equal(np.broadcast_to(block(), expected.shape), expected)
 
 
-class _CountingNumPy:
-    """Stands in for NumPy inside the kernel module, counting exp2 calls (two per tile)."""
-
-    def __init__(self):
-        self.exp2_calls = 0
-
-    def __getattr__(self, name):
-        return getattr(np, name)
-
-    def exp2(self, *args, **kwargs):
-        self.exp2_calls += 1
-        return np.exp2(*args, **kwargs)
-
-
-def tiles_computed(monkeypatch, n, mask, tile=64):
-    counter = _CountingNumPy()
-    monkeypatch.setattr(kernel, "np", counter)
-    monkeypatch.setattr(kernel, "TILE_Q", tile)
-    monkeypatch.setattr(kernel, "TILE_K", tile)
-    monkeypatch.setattr(kernel, "TILE_K_UNMASKED", tile)
-    monkeypatch.setattr(kernel, "SMALL", 0)
-    monkeypatch.setattr(kernel, "THREAD_MIN_WORK", 1 << 62)  # one thread: exact counts
+def tiles_computed(n, mask, backend, tile=64):
+    """Tiles the kernel computed for an (n, n) problem, counted through the stats hook."""
+    stats = TileStats()
     x = np.random.default_rng(0).standard_normal((n, 8)).astype(np.float32)
-    out = qkv.attention(x, x, x, mask=mask)
-    monkeypatch.undo()
+    with kernel_config(tile_q=tile, tile_k=tile, tile_k_unmasked=tile, small=0,
+                       backend=backend, stats=stats):
+        out = qkv.attention(x, x, x, mask=mask)
     np.testing.assert_allclose(out, qkv.reference.attention(x, x, x, mask=mask), atol=1e-5)
-    return counter.exp2_calls // 2  # alpha and p: two exp2 per computed tile
+    assert stats.computed + stats.skipped == (n // tile) ** 2  # every tile classified once
+    return stats.computed
 
 
-def test_kernel_skips_empty_tiles(monkeypatch):
+@pytest.mark.parametrize("backend", BACKEND_PARAMS)
+def test_kernel_skips_empty_tiles(backend):
     n, tile = 1024, 64
     blocks = n // tile
-    assert tiles_computed(monkeypatch, n, None, tile) == blocks * blocks
+    assert tiles_computed(n, None, backend, tile) == blocks * blocks
     # causal: the diagonal and below, about half
-    assert tiles_computed(monkeypatch, n, qkv.causal(), tile) == blocks * (blocks + 1) // 2
+    assert tiles_computed(n, qkv.causal(), backend, tile) == blocks * (blocks + 1) // 2
     # a causal window of 64 keys touches at most 2 key tiles per query tile: O(N·w)
-    assert tiles_computed(monkeypatch, n, qkv.window(63), tile) <= 2 * blocks
+    assert tiles_computed(n, qkv.window(63), backend, tile) <= 2 * blocks
     # 4 packed documents of 256: only the tiles inside each document
     ids = np.repeat(np.arange(4), 256)
-    assert tiles_computed(monkeypatch, n, qkv.documents(ids), tile) == 4 * (256 // tile) ** 2
+    assert tiles_computed(n, qkv.documents(ids), backend, tile) == 4 * (256 // tile) ** 2

@@ -5,7 +5,7 @@ import pytest
 
 import qkv
 from helpers import lse_atol, output_atol
-from qkv.merge import merge
+from qkv import merge
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

@@ -6,18 +6,19 @@ import numpy as np
 import pytest
 
 import qkv
-from helpers import KERNEL_PATHS, kernel_path, output_atol
+from helpers import BACKEND_PARAMS, KERNEL_PATHS, kernel_path, output_atol
 from qkv import reference
 
 
 @pytest.mark.parametrize("path", KERNEL_PATHS)
+@pytest.mark.parametrize("backend", BACKEND_PARAMS)
 @pytest.mark.parametrize("rows", [None, [0], [39, 3, 3, -1], slice(5, 30, 7)])
-def test_weights_rows_match_reference(path, rows):
+def test_weights_rows_match_reference(path, backend, rows):
     rng = np.random.default_rng(0)
     q = rng.standard_normal((2, 4, 40, 8)).astype(np.float32)
     k = rng.standard_normal((2, 2, 45, 8)).astype(np.float32)
     mask = qkv.causal() & qkv.padding([45, 30])
-    with kernel_path(path):
+    with kernel_path(path, backend):
         w = qkv.attention_weights(q, k, mask=mask, rows=rows, bias=qkv.alibi())
     full = reference.attention_weights(q, k, mask=mask, bias=qkv.alibi())
     expected = full if rows is None else full[..., np.arange(40)[rows] if isinstance(rows, slice)

@@ -7,18 +7,34 @@ The engine (NumPy only):
     qkv.attention_backward(q, k, v, out, lse, dout, mask=None, bias=None, scale=None)
     qkv.explain(q, k, v, ...)  -> Trace of every intermediate (float64 reference)
     qkv.reference              the formula written literally in float64: the oracle
+    qkv.merge                  combine partial results exactly through their lse
 
 Masks (True always means "may attend"): causal, window, prefix, padding, documents, allow, deny,
 predicate — composable with & | ~. Biases: dense arrays or alibi().
+
+The layers above the engine load on first use (PEP 562), so ``import qkv`` stays the engine:
+``qkv.nn`` (layers, KV cache, training), ``qkv.models`` (MiniLM), ``qkv.tasks`` (experiments),
+``qkv.render`` and ``qkv.show`` (views), ``qkv.distributed`` (ring attention over MPI).
 """
 
-from . import masks, reference
-from .bias import alibi, alibi_slopes
-from .functional import attention, attention_backward, attention_weights
-from .masks import allow, causal, deny, documents, padding, predicate, prefix, window
-from .trace import Trace, explain
+import importlib
+import sys
+
+from .engine import masks, reference
+from .engine.api import attention, attention_backward, attention_weights
+from .engine.bias import alibi, alibi_slopes
+from .engine.masks import allow, causal, deny, documents, padding, predicate, prefix, window
+from .engine.merge import merge
+from .engine.trace import Trace, explain
 
 __version__ = "0.1.0"
+
+# The engine's public modules keep their short names: `import qkv.masks`, `qkv.reference(...)`.
+sys.modules[__name__ + ".masks"] = masks
+sys.modules[__name__ + ".reference"] = reference
+
+_SUBPACKAGES = ("engine", "nn", "models", "tasks", "render", "distributed", "explore",
+                "commands", "integrations")
 
 __all__ = [
     "Trace",
@@ -33,19 +49,26 @@ __all__ = [
     "documents",
     "explain",
     "masks",
+    "merge",
     "padding",
     "predicate",
     "prefix",
     "reference",
+    "show",
     "window",
 ]
 
 
 def __getattr__(name: str):
-    # qkv.show lives in the views layer (qkv.render); imported on first use so that
-    # `import qkv` stays the engine alone (PEP 562).
+    # Subpackages above the engine, and qkv.show (the views layer), load on first use.
     if name == "show":
         from .render import show
 
         return show
+    if name in _SUBPACKAGES:
+        return importlib.import_module(f"{__name__}.{name}")
     raise AttributeError(f"module 'qkv' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_SUBPACKAGES) | {"show"})

@@ -15,7 +15,7 @@ import sys
 COMMANDS = {
     "demo": "qkv.commands.demo",
     "look": "qkv.commands.look",
-    "bench": "qkv.bench",
+    "bench": "qkv.commands.bench",
     "explore": "qkv.commands.explore",
     "train": "qkv.commands.train",
     "ring": "qkv.commands.ring",

@@ -209,7 +209,7 @@ def run_explain(args: argparse.Namespace) -> int:
         console.print(f"largest weight per head — {tops}")
     agree = float(np.abs(trace.weights[0] - weights[0]).max())
     console.print(f"kernel weights vs float64 reference trace: max difference {agree:.1e}")
-    from qkv._threads import single_threaded_blas
+    from qkv.engine.threads import single_threaded_blas
 
     with single_threaded_blas():  # small matrices: BLAS threads only slow them down
         metrics = evaluate(model, held)

@@ -13,7 +13,7 @@ this package needs no MPI; calling it without mpi4py says how to install the ext
 docs/distributed.md and ``mpirun -n 4 python -m qkv.distributed --help``.
 """
 
-from ..merge import merge
+from ..engine import merge
 from .layout import LAYOUTS, gather, positions, shard, shard_length
 from .ring import ring_attention, ring_attention_backward
 

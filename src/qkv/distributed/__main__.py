@@ -158,8 +158,7 @@ def main(argv=None) -> int:
 
 def check(args, mask, got) -> tuple[float, float]:
     """Max |ring − engine| over the sampled rows, and its float32 bound."""
-    from .. import kernel
-    from .._inputs import prepare
+    from ..engine import forward, prepare
 
     rows_pos = np.concatenate([g[0] for g in got])
     ring_rows = np.concatenate([g[1] for g in got], axis=-2)
@@ -169,7 +168,7 @@ def check(args, mask, got) -> tuple[float, float]:
     k_full, v_full = (rows(args.seed, i, all_keys, args.heads, args.dim) for i in (1, 2))
     q_rows = rows(args.seed, 0, rows_pos, args.heads, args.dim)
     p = prepare(q_rows, k_full, v_full, mask, positions=(rows_pos, all_keys, args.n, args.n))
-    engine, _ = kernel.forward(p)  # the engine on these query rows against all N keys
+    engine, _ = forward(p)  # the engine on these query rows against all N keys
     err = float(np.abs(engine.astype(np.float64) - ring_rows).max())
     # first-order float32 bound (tests/helpers.py:output_atol), doubled: both sides err
     s_bound = args.dim * np.abs(q_rows).max() * np.abs(k_full).max() / np.sqrt(args.dim)

@@ -11,7 +11,7 @@ Each of P ranks holds a shard of the queries and a shard of the keys and values 
                           out = out · exp(lse_old − lse) + out_t · exp(lse_t − lse)
                       and only then waits for the transfer, which has run during the compute.
 
-Masks and biases are evaluated at *global* positions (``qkv._inputs.prepare(..., positions=)``),
+Masks and biases are evaluated at *global* positions (``qkv.engine.prepare(..., positions=)``),
 so causal, window, prefix, padding and documents masks mean what they mean on the full arrays.
 A shard whose tiles are all EMPTY for this rank's queries is not computed at all (it still
 travels on). Per step and rank the compute is 4·(N/P)²·D flops (q kᵀ and p v) against
@@ -33,10 +33,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from .. import kernel
-from .._inputs import Problem, as_array, check_like, prepare, unbroadcast
-from ..masks import EMPTY
-from ..merge import merge
+from .. import engine
+from ..engine import Problem, as_array, check_like, merge, prepare, unbroadcast
 from ._mpi import communicator
 from .layout import check_layout, positions, shard_length
 
@@ -147,26 +145,6 @@ def _setup(q, k, v, mask, bias, scale, comm, layout, check_finite, check=None) -
 # --------------------------------------------------------------------------------------------
 # The ring
 # --------------------------------------------------------------------------------------------
-def _has_work(p: Problem) -> bool:
-    """Is any tile of this (queries, kv shard) pair not EMPTY? Walks tiles, stops at the first."""
-    if p.nq == 0 or p.nk == 0 or p.batch_size == 0 or p.hq == 0:
-        return False
-    if p.mask is None:
-        return True
-    q_tiles = kernel._blocks(p.nq, kernel.TILE_Q)
-    k_tiles = kernel._blocks(p.nk, kernel.TILE_K)
-    for b in range(p.batch_size):
-        bidx = p.batch_index(b)
-        for h in range(p.hq):
-            for q0, q1 in q_tiles:
-                qi = p.q_pos[q0:q1]
-                for k0, k1 in k_tiles:
-                    kind, _ = p.mask.tile(qi, p.k_pos[k0:k1], (bidx, h))
-                    if kind != EMPTY:  # tiles with gapped positions are judged by their block
-                        return True
-    return False
-
-
 def _travel(ring: _Ring, k: np.ndarray, v: np.ndarray, stats: dict):
     """Yield ``(src, k_src, v_src)`` for t = 0 … P−1 while the next shard is in flight.
 
@@ -241,11 +219,11 @@ def ring_attention(q, k, v, mask=None, bias=None, scale=None, comm=None, layout=
     lse = np.full(p.out_shape(1)[:-1], -np.inf, dtype=c)  # (*batch, Hq, nq_r)
     for src, k_src, v_src in _travel(ring, np.asarray(k), np.asarray(v), stats):
         part = ring.problem(src, k_src, v_src)
-        if not _has_work(part):
+        if not engine.has_work(part):
             stats["skipped"].append(src)
             continue
         started = time.perf_counter()
-        out_t, lse_t = kernel.forward(part)  # normalised within this kv shard
+        out_t, lse_t = engine.forward(part)  # normalised within this kv shard
         merge(out, lse, out_t, lse_t)
         stats["compute_s"] += time.perf_counter() - started
         stats["computed"].append(src)
@@ -299,9 +277,9 @@ def ring_attention_backward(q, k, v, out, lse, dout, mask=None, bias=None, scale
         recv = ring.comm.Irecv(acc.view(np.uint8), source=ring.left, tag=TAG_GRAD) if t else None
         part = ring.problem(src, k_src, v_src)
         contribution = None
-        if _has_work(part):
+        if engine.has_work(part):
             started = time.perf_counter()
-            dq_t, dk_t, dv_t = kernel.backward(part, held["out"], held["lse"], held["dout"])
+            dq_t, dk_t, dv_t = engine.backward(part, held["out"], held["lse"], held["dout"])
             dq += dq_t
             contribution = [unbroadcast(g.reshape(*p.batch_shape, *g.shape[-3:]), shape, p.two_d)
                             for g, shape in ((dk_t, ring.k_shapes[src]),

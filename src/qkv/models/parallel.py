@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
-from .._threads import num_workers
+from ..engine.tiles import cpu_workers as num_workers
 
 T = TypeVar("T")
 R = TypeVar("R")

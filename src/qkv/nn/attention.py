@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import functional
+from ..engine import api as functional
 from ._base import (
     Layer,
     as_input,

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..trace import Trace
+from ..engine.trace import Trace
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..trace import Trace
+from ..engine.trace import Trace
 from .colors import hex_color, ink_for, limit_of, signed_rgb, weight_color, weight_rgb
 from .heads import Heads
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .._threads import single_threaded_blas
+from ..engine.threads import single_threaded_blas
 from ..nn import Adam, softmax_cross_entropy
 from . import checkpoint as ckpt
 from .recall import RecallConfig, RecallModel, RecallTask, evaluate

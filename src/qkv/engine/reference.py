@@ -20,7 +20,9 @@ import types
 
 import numpy as np
 
-from ._inputs import Problem, check_like, prepare, unbroadcast
+from .api import check_size, query_rows
+from .problem import Problem, prepare
+from .shapes import check_like, unbroadcast
 
 __all__ = ["attention", "attention_backward", "attention_weights", "intermediates"]
 
@@ -38,19 +40,28 @@ def _sum_groups(x: np.ndarray, group: int) -> np.ndarray:
     return x.reshape(*lead, hq // group, group, n, d).sum(axis=-3)
 
 
-def intermediates(p: Problem) -> dict[str, np.ndarray]:
-    """Every step of the formula for a validated problem, in float64, shaped (*batch, Hq, ...)."""
+def intermediates(p: Problem, max_bytes: int | None = None) -> dict[str, np.ndarray]:
+    """Every step of the formula for a validated problem, in float64, shaped (*batch, Hq, ...).
+
+    It holds about five Nq × Nk float64 matrices per head: past ``max_bytes`` (default 1 GiB) it
+    refuses with an error rather than take the machine's memory.
+    """
+    check_size(5 * 8 * p.batch_size * p.hq * p.nq * p.nk, max_bytes,
+               f"the float64 reference ({p.nq} × {p.nk} scores per head, five matrices)",
+               "use qkv.attention (tiled) for large inputs")
     q = p.q.astype(np.float64)
     k = _expand_kv(p.k.astype(np.float64), p.group)
     scores = q @ np.swapaxes(k, -1, -2)  # (..., Hq, Nq, Nk)
     scaled = scores * p.scale
     if p.bias is not None:
-        scaled = scaled + p.bias.tile(p.q_pos, p.k_pos, None).astype(np.float64)
+        scaled = scaled + p.bias.dense(p.q_pos, p.k_pos)
     if p.mask is not None:
-        allowed = np.broadcast_to(p.mask.allowed(p.q_pos, p.k_pos, None), scaled.shape)
+        allowed = np.broadcast_to(p.mask.dense(p.q_pos, p.k_pos), scaled.shape)
     else:
         allowed = np.ones(scaled.shape, dtype=bool)
 
+    # Masked pairs are excluded before any arithmetic, and a −inf score (a −inf bias) is a pair
+    # with weight 0: a row with nothing else is a masked row.
     masked = np.where(allowed, scaled, -np.inf)
     row_max = masked.max(axis=-1, keepdims=True, initial=-np.inf)
     row_max = np.where(np.isfinite(row_max), row_max, 0.0)  # all-masked rows: avoid −inf − −inf
@@ -72,24 +83,26 @@ def intermediates(p: Problem) -> dict[str, np.ndarray]:
     return result
 
 
-def attention(q, k, v, mask=None, bias=None, scale=None, *, return_lse=False, check_finite=True):
+def attention(q, k, v, mask=None, bias=None, scale=None, *, return_lse=False, check_finite=True,
+              max_bytes=None):
     """softmax(q kᵀ · scale + bias) v in float64, with the arguments of :func:`qkv.attention`."""
     p = prepare(q, k, v, mask, bias, scale, check_finite=check_finite)
-    steps = intermediates(p)
+    steps = intermediates(p, max_bytes)
     out = p.present(steps["output"])
     return (out, p.present(steps["lse"], -2)) if return_lse else out
 
 
-def attention_weights(q, k, mask=None, bias=None, scale=None, *, rows=None, check_finite=True):
+def attention_weights(q, k, mask=None, bias=None, scale=None, *, rows=None, check_finite=True,
+                      max_bytes=None):
     """The weight matrix (..., Hq, Nq, Nk) in float64 (rows ``rows`` only, if given)."""
     p = prepare(q, k, None, mask, bias, scale, check_finite=check_finite)
-    weights = intermediates(p)["weights"]
     if rows is not None:
-        weights = weights[..., np.asarray(rows), :]
-    return p.present(weights)
+        p = p.rows(query_rows(rows, p.nq))
+    return p.present(intermediates(p, max_bytes)["weights"])
 
 
-def attention_backward(q, k, v, dout, mask=None, bias=None, scale=None, *, check_finite=True):
+def attention_backward(q, k, v, dout, mask=None, bias=None, scale=None, *, check_finite=True,
+                       max_bytes=None):
     """Gradients (dq, dk, dv) of ``sum(attention(q, k, v) * dout)``, in float64.
 
     With P the weights and S the scaled scores (the FlashAttention paper's notation):
@@ -101,7 +114,7 @@ def attention_backward(q, k, v, dout, mask=None, bias=None, scale=None, *, check
     out_shape = p.out_shape(p.v.shape[-1])
     dout = check_like(dout, "dout", p.present(np.empty(out_shape, dtype=bool)).shape, "the output")
     dout = np.asarray(dout, dtype=np.float64).reshape(out_shape)
-    steps = intermediates(p)
+    steps = intermediates(p, max_bytes)
     weights = steps["weights"]  # (..., Hq, Nq, Nk)
     q64 = p.q.astype(np.float64)
     k64 = _expand_kv(p.k.astype(np.float64), p.group)

@@ -5,6 +5,10 @@
 A bias is either a dense array broadcastable to ``(..., Hq, Nq, Nk)`` or a rule computed per tile,
 like :func:`alibi`, so that no Nq × Nk array is ever needed. Masking is the job of
 :mod:`qkv.masks`, not of ``-inf`` biases: a mask lets the kernel skip tiles, a bias cannot.
+
+Like a mask, a bias is a rule that binds to a :class:`~qkv.masks.Layout`; the bound bias answers
+``tile(qi, kj, b, h)`` (broadcastable to ``(tq, tk)``) and ``magnitude()``, an upper bound on
+``|bias|`` used to refuse problems whose scores would overflow.
 """
 
 from __future__ import annotations
@@ -14,50 +18,55 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .masks import Layout, broadcasts_to
+from .masks.base import Layout, Mask, broadcasts_to, is_range
 
-__all__ = ["Bias", "alibi", "alibi_slopes", "as_bias"]
+__all__ = ["Bias", "BoundBias", "alibi", "alibi_slopes", "as_bias"]
 
 
 class Bias:
-    """Base class. Bound to a :class:`~qkv.masks.Layout`, it yields the bias of a tile.
+    """Base class of bias rules: ``bind(layout)`` gives a :class:`BoundBias`."""
 
-    ``tile(qi, kj, where)`` returns an array broadcastable to ``(tq, tk)`` for ``where=(b, h)``,
-    or to ``(*batch, heads, tq, tk)`` for ``where=None``, for global query positions ``qi`` and
-    key positions ``kj``.
-    """
-
-    def bind(self, layout: Layout) -> Bias:
-        raise NotImplementedError
-
-    def tile(self, qi: np.ndarray, kj: np.ndarray, where) -> np.ndarray:
+    def bind(self, layout: Layout) -> BoundBias:
         raise NotImplementedError
 
     def check_finite(self) -> None:
         """Raise ValueError if the bias holds NaN or ±inf (rules are finite by construction)."""
 
 
-@dataclass
+class BoundBias:
+    layout: Layout
+
+    def tile(self, qi: np.ndarray, kj: np.ndarray, b: int, h: int) -> np.ndarray:
+        """The bias on one tile, broadcastable to ``(len(qi), len(kj))``."""
+        raise NotImplementedError
+
+    def magnitude(self) -> float:
+        """An upper bound on |bias| over the whole problem."""
+        raise NotImplementedError
+
+    def dense(self, qi: np.ndarray, kj: np.ndarray) -> np.ndarray:
+        """``(*batch, heads, tq, tk)`` — every batch element and head, from :meth:`tile`."""
+        layout = self.layout
+        out = np.empty((layout.batch_size, layout.heads, len(qi), len(kj)))
+        for b in range(layout.batch_size):
+            for h in range(layout.heads):
+                out[b, h] = self.tile(qi, kj, b, h)
+        return out.reshape(*layout.batch_shape, layout.heads, len(qi), len(kj))
+
+
+@dataclass(frozen=True, eq=False)
 class _Dense(Bias):
     array: np.ndarray
-    view: np.ndarray | None = None
 
-    def bind(self, layout: Layout) -> Bias:
+    def bind(self, layout: Layout) -> BoundBias:
         full = (*layout.batch_shape, layout.heads, layout.nq, layout.nk)
         if not broadcasts_to(self.array.shape, full):
             raise ValueError(
                 f"bias has shape {self.array.shape} but scores have shape {full} "
                 "(..., Hq, Nq, Nk): bias must broadcast to them"
             )
-        return _Dense(self.array, np.broadcast_to(self.array, full))
-
-    def tile(self, qi, kj, where):
-        if where is None:
-            return self.view[..., qi[:, None], kj[None, :]]
-        b, h = where
-        plane = self.view[b][h]  # (Nq, Nk)
-        return plane[qi[0]: qi[-1] + 1, kj[0]: kj[-1] + 1] if _contiguous(qi, kj) \
-            else plane[np.ix_(qi, kj)]
+        planes = np.broadcast_to(self.array, full).reshape(-1, layout.heads, layout.nq, layout.nk)
+        return _BoundDense(layout, planes, self.array)
 
     def check_finite(self):
         if not np.isfinite(self.array).all():
@@ -67,8 +76,21 @@ class _Dense(Bias):
             )
 
 
-def _contiguous(*idx: np.ndarray) -> bool:
-    return all(len(i) and int(i[-1]) - int(i[0]) + 1 == len(i) for i in idx)
+@dataclass(frozen=True, eq=False)
+class _BoundDense(BoundBias):
+    layout: Layout
+    planes: np.ndarray  # (B, H, Nq, Nk), a broadcast view: no copy
+    array: np.ndarray
+
+    def tile(self, qi, kj, b, h):
+        plane = self.planes[b, h]  # (Nq, Nk)
+        if is_range(qi) and is_range(kj):
+            return plane[qi[0]: qi[-1] + 1, kj[0]: kj[-1] + 1]
+        return plane[np.ix_(qi, kj)]
+
+    def magnitude(self):
+        finite = self.array[np.isfinite(self.array)] if self.array.size else self.array
+        return float(np.abs(finite).max()) if finite.size else 0.0
 
 
 def alibi_slopes(n_heads: int) -> np.ndarray:
@@ -91,28 +113,34 @@ def alibi_slopes(n_heads: int) -> np.ndarray:
     return np.array(power_of_two(closest) + extra)
 
 
-@dataclass
+@dataclass(frozen=True, eq=False)
 class _ALiBi(Bias):
     """bias[h, i, j] = −slope[h] · |position(i) − j|, positions aligned bottom-right."""
 
     slopes: np.ndarray | None
-    bound_slopes: np.ndarray | None = None
-    offset: int = 0
 
-    def bind(self, layout: Layout) -> Bias:
+    def bind(self, layout: Layout) -> BoundBias:
         slopes = alibi_slopes(layout.heads) if self.slopes is None else self.slopes
         if slopes.shape != (layout.heads,):
             raise ValueError(
                 f"bias: alibi slopes have shape {slopes.shape} but q has {layout.heads} heads: "
                 f"pass one slope per query head, shape ({layout.heads},)"
             )
-        return _ALiBi(self.slopes, slopes, layout.nk - layout.nq)
+        return _BoundALiBi(layout, slopes)
 
-    def tile(self, qi, kj, where):
-        distance = np.abs((qi + self.offset)[:, None] - kj[None, :])  # (tq, tk)
-        if where is None:
-            return -self.bound_slopes[:, None, None] * distance  # (H, tq, tk)
-        return -self.bound_slopes[where[1]] * distance
+
+@dataclass(frozen=True, eq=False)
+class _BoundALiBi(BoundBias):
+    layout: Layout
+    slopes: np.ndarray  # (H,)
+
+    def tile(self, qi, kj, b, h):
+        distance = np.abs((qi + self.layout.offset)[:, None] - kj[None, :])  # (tq, tk)
+        return -self.slopes[h] * distance
+
+    def magnitude(self):
+        longest = max(self.layout.nq, self.layout.nk)
+        return float(np.abs(self.slopes).max(initial=0.0)) * longest
 
 
 def alibi(slopes=None) -> Bias:
@@ -123,27 +151,36 @@ def alibi(slopes=None) -> Bias:
     """
     if slopes is None:
         return _ALiBi(None)
-    arr = np.asarray(slopes, dtype=np.float64)
+    arr = np.asarray(slopes)
+    if arr.dtype.kind not in "iuf":
+        raise TypeError(
+            f"alibi: slopes must be real numbers (one per query head), got {slopes!r} "
+            f"(dtype {arr.dtype})"
+        )
+    arr = arr.astype(np.float64)
     if arr.ndim != 1 or not np.isfinite(arr).all():
         raise ValueError(f"alibi: slopes must be a finite 1-D array (one per head), got {slopes!r}")
     return _ALiBi(arr)
 
 
 def as_bias(bias) -> Bias | None:
-    """Accept None, a Bias rule, or an array-like of floats."""
+    """Accept None, a Bias rule, or an array-like of real numbers."""
     if bias is None or isinstance(bias, Bias):
         return bias
-    from .masks import Mask
-
     if isinstance(bias, Mask):
         raise TypeError("bias got a mask; pass masks as mask=, biases (floats) as bias=")
-    arr = np.asarray(bias)
+    if isinstance(bias, str):
+        raise TypeError(f"bias must be an array of numbers or qkv.alibi(), got the string {bias!r}")
+    try:
+        arr = np.asarray(bias)
+    except ValueError:
+        raise ValueError("bias is ragged: pass a rectangular array (..., Nq, Nk)") from None
     if arr.dtype == bool:
         raise TypeError(
             "bias is a bool array; a bias is added to the scores. For a mask use "
             "mask=qkv.allow(array) (True = may attend) or mask=qkv.deny(array) (True = masked out)"
         )
-    if not (np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)):
+    if arr.dtype.kind not in "iuf":
         raise TypeError(f"bias must hold real numbers, got dtype {arr.dtype}")
     if arr.ndim < 2:
         raise ValueError(f"bias needs shape (..., Nq, Nk), got shape {arr.shape}")

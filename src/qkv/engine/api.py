@@ -15,15 +15,32 @@ kv head ``h // (Hq // Hkv)``.
 
 from __future__ import annotations
 
-import dataclasses
+import math
 import operator
 
 import numpy as np
 
 from . import kernel
-from ._inputs import check_like, prepare, unbroadcast
+from .problem import prepare
+from .shapes import check_like, unbroadcast
 
-__all__ = ["attention", "attention_backward", "attention_weights"]
+__all__ = ["MAX_WEIGHT_BYTES", "attention", "attention_backward", "attention_weights",
+           "check_size"]
+
+# attention_weights and the reference materialise Nq × Nk matrices; past this many bytes they
+# ask for rows=... or an explicit max_bytes instead of quietly taking the machine's memory.
+MAX_WEIGHT_BYTES = 1 << 30
+
+
+def check_size(n_bytes: int, max_bytes: int | None, what: str, fix: str) -> None:
+    limit = MAX_WEIGHT_BYTES if max_bytes is None else max_bytes
+    if isinstance(limit, bool) or not isinstance(limit, int | np.integer) or limit < 0:
+        raise ValueError(f"max_bytes must be a non-negative int, got {max_bytes!r}")
+    if n_bytes > limit:
+        raise ValueError(
+            f"{what} would take {n_bytes / 2**30:.2f} GiB (more than max_bytes = "
+            f"{limit / 2**30:.2f} GiB); {fix}, or raise the limit with max_bytes=..."
+        )
 
 
 def attention(q, k, v, mask=None, bias=None, scale=None, *, return_lse=False, check_finite=True):
@@ -31,7 +48,8 @@ def attention(q, k, v, mask=None, bias=None, scale=None, *, return_lse=False, ch
 
     Args:
         q, k, v: queries ``(..., Hq, Nq, Dk)``, keys ``(..., Hkv, Nk, Dk)``, values
-            ``(..., Hkv, Nk, Dv)``; float16, float32 or float64, all the same dtype.
+            ``(..., Hkv, Nk, Dv)``; float16, float32 or float64, all the same dtype (integers
+            are promoted to float64).
         mask: which pairs may attend (True = may attend): ``qkv.causal()``, ``qkv.window(...)``,
             ``qkv.padding(...)``, ``qkv.documents(...)``, ``qkv.allow(array)``, ... or any
             composition with ``& | ~``. Raw bool arrays are refused: wrap them in ``allow`` or
@@ -45,7 +63,9 @@ def attention(q, k, v, mask=None, bias=None, scale=None, *, return_lse=False, ch
 
     Returns:
         ``out (..., Hq, Nq, Dv)`` in the inputs' dtype, or ``(out, lse)``. A query with no
-        allowed key gets zeros and ``lse = -inf`` — never NaN.
+        allowed key (or whose allowed scores are all −inf) gets zeros and ``lse = -inf`` —
+        never NaN. Scores that would overflow the dtype are refused with an error, so −inf
+        always means "no key".
 
     float32 is computed in float32, float64 in float64; float16 is converted tile by tile and
     accumulated in float32. Memory beyond the inputs and output is O(tile² + (Nq + Nk)·D) per
@@ -57,35 +77,40 @@ def attention(q, k, v, mask=None, bias=None, scale=None, *, return_lse=False, ch
     return (out, p.present(lse, -2)) if return_lse else out
 
 
-def _rows(rows, nq: int) -> np.ndarray:
+def query_rows(rows, nq: int) -> np.ndarray:
+    """``rows`` (ints or a slice) as an index array into ``nq`` queries, checked."""
     if isinstance(rows, slice):
         return np.arange(nq)[rows]
-    try:
-        idx = np.asarray([operator.index(r) for r in np.atleast_1d(rows)], dtype=np.intp)
-    except TypeError:
-        raise TypeError(f"rows must be ints (query indices) or a slice, got {rows!r}") from None
     if np.ndim(rows) > 1:
         raise ValueError(f"rows must be a 1-D list of query indices, got shape {np.shape(rows)}")
-    bad = (idx < -nq) | (idx >= nq)
-    if bad.any():
+    try:
+        ints = [operator.index(r) for r in np.atleast_1d(np.asarray(rows, dtype=object))]
+    except TypeError:
+        raise TypeError(f"rows must be ints (query indices) or a slice, got {rows!r}") from None
+    bad = [r for r in ints if not -nq <= r < nq]
+    if bad:
         raise ValueError(
-            f"rows has index {idx[bad][0]} but there are {nq} queries: rows must lie in "
-            f"[-{nq}, {nq})"
+            f"rows has index {bad[0]} but there are {nq} queries: rows must lie in [-{nq}, {nq})"
         )
+    idx = np.asarray(ints, dtype=np.intp)
     return idx % nq if nq else idx
 
 
-def attention_weights(q, k, mask=None, bias=None, scale=None, *, rows=None, check_finite=True):
+def attention_weights(q, k, mask=None, bias=None, scale=None, *, rows=None, check_finite=True,
+                      max_bytes=None):
     """The exact softmax weights ``(..., Hq, R, Nk)`` for query rows ``rows`` (all if None).
 
     ``rows`` is a list of query indices or a slice. Only the requested rows are computed — a
     few rows of a 100k-token sequence cost a few rows of memory — and masked pairs, like rows
-    with no allowed key, have weight 0. Each row sums to 1 (or is all 0).
+    with no allowed key, have weight 0. Each row sums to 1 (or is all 0). A result larger than
+    ``max_bytes`` (default 1 GiB) is refused with an error: ask for fewer rows.
     """
     p = prepare(q, k, None, mask, bias, scale, check_finite=check_finite)
     if rows is not None:
-        idx = _rows(rows, p.nq)
-        p = dataclasses.replace(p, q=p.q[..., idx, :], q_pos=p.q_pos[idx])
+        p = p.rows(query_rows(rows, p.nq))
+    n_bytes = math.prod(p.batch_shape) * p.hq * p.nq * p.nk * p.dtype.itemsize
+    check_size(n_bytes, max_bytes, f"the weights ({p.nq} rows × {p.nk} keys per head)",
+               "ask for a few rows with rows=[...] or rows=slice(...)")
     return p.present(kernel.weights(p))
 
 
@@ -97,18 +122,23 @@ def attention_backward(q, k, v, out, lse, dout, mask=None, bias=None, scale=None
     same arguments. The weights are recomputed tile by tile from ``lse`` (FlashAttention-2), so
     memory stays O(tile² + (Nq + Nk)·D) per worker. dk and dv are summed over the query heads
     that share a kv head (GQA) and over any batch dims k and v were broadcast along. Rows with
-    no allowed key get zero gradient. Results have the shapes and dtype of q, k and v.
+    no allowed key (lse = −inf) get zero gradient. Results have the shapes and dtype of q, k, v.
     """
     p = prepare(q, k, v, mask, bias, scale, check_finite=check_finite)
-    shown_out = p.present(np.empty(p.out_shape(p.v.shape[-1]), dtype=bool)).shape
+    shown_out = p.present(np.empty(p.out_shape(p.dv), dtype=bool)).shape
     out = check_like(out, "out", shown_out, "attention(q, k, v) output")
     dout = check_like(dout, "dout", shown_out, "attention(q, k, v) output")
     lse = check_like(lse, "lse", shown_out[:-1], "the lse of attention(..., return_lse=True)")
+    if np.isnan(lse).any() or (lse == np.inf).any():
+        raise ValueError(
+            "lse contains NaN or +inf; pass the lse that attention(..., return_lse=True) "
+            "returned (−inf is fine: it marks rows with no allowed key)"
+        )
     if check_finite:
         for name, arr in (("out", out), ("dout", dout)):
             if not np.isfinite(arr).all():
                 raise ValueError(f"{name} contains NaN or inf")
-    shape_out = p.out_shape(p.v.shape[-1])
+    shape_out = p.out_shape(p.dv)
     dq, dk, dv = kernel.backward(p, out.reshape(shape_out), lse.reshape(shape_out[:-1]),
                                  dout.reshape(shape_out))
     grads = []

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import reference
-from ._inputs import prepare
+from .problem import prepare
 
 __all__ = ["Trace", "explain"]
 

@@ -1,0 +1,66 @@
+"""The engine: exact, tiled attention on NumPy (NumPy is its only dependency).
+
+Modules, imports flowing downward only::
+
+    api         attention, attention_weights, attention_backward   (the public entry points)
+    trace       explain() → Trace: every intermediate, from the reference
+    reference   the formula written literally in float64: the oracle
+    kernel      the tiled loops: forward, weights, backward (FlashAttention-2)
+    step/       the tile step: online softmax, probabilities, softmax grad (NumPy | compiled)
+    tiles       KernelConfig (tile sizes, backend, threads), kernel_config(), TileStats
+    problem     argument checking: prepare() → Problem
+    masks/      mask rules, bound masks, tile classification, block_map
+    bias        dense biases, ALiBi
+    merge       exact merge of partial results through their lse
+    shapes      broadcasting helpers
+    threads     the worker pool
+
+The small internal surface for packages above the engine (ring attention, benchmarks, tests)
+is what this module exports: :func:`prepare` (with ``positions=`` for shards), :func:`forward`,
+:func:`backward`, :func:`has_work`, :func:`merge`, :func:`kernel_config` / :class:`KernelConfig`
+and :class:`TileStats`, :func:`block_map`, :func:`backend`. Nothing above the engine needs a
+private name.
+"""
+
+from .api import attention, attention_backward, attention_weights
+from .bias import alibi, alibi_slopes
+from .kernel import backward, forward, has_work, weights
+from .masks import block_map
+from .merge import merge
+from .problem import Problem, as_array, prepare
+from .shapes import check_like, unbroadcast
+from .tiles import KernelConfig, TileStats, blocks, current, has_numba, kernel_config
+from .trace import Trace, explain
+
+__all__ = [
+    "KernelConfig",
+    "Problem",
+    "TileStats",
+    "Trace",
+    "alibi",
+    "alibi_slopes",
+    "as_array",
+    "attention",
+    "attention_backward",
+    "attention_weights",
+    "backend",
+    "backward",
+    "block_map",
+    "blocks",
+    "check_like",
+    "current",
+    "explain",
+    "forward",
+    "has_numba",
+    "has_work",
+    "kernel_config",
+    "merge",
+    "prepare",
+    "unbroadcast",
+    "weights",
+]
+
+
+def backend() -> str:
+    """The tile step float32/float16 problems run with now: "compiled" or "numpy"."""
+    return current().resolved_backend()

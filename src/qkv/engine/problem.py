@@ -1,0 +1,301 @@
+"""Checking and normalising the arguments of every attention entry point.
+
+Every public function (the tiled kernel, the float64 reference, ``explain``, the weights and the
+backward) starts with :func:`prepare`, so they all accept the same inputs and fail with the same
+messages: the argument named, the shapes or dtype received, and what was expected.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from .bias import BoundBias, as_bias
+from .masks import BoundMask, Layout, Mask
+from .shapes import SHAPES, batch_shape
+
+FLOATS = (np.float16, np.float32, np.float64)
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Validated attention inputs.
+
+    ``q``, ``k``, ``v`` are broadcast views of shape ``(*batch, H, N, D)`` (2-D inputs gain a
+    head axis of 1); ``batch_shape`` is the broadcast of their leading dims. ``q_pos`` and
+    ``k_pos`` are the *global* positions of the rows (``arange`` unless a sharded caller says
+    otherwise), and the mask and bias are bound to the global sizes in ``layout``.
+    """
+
+    q: np.ndarray
+    k: np.ndarray
+    v: np.ndarray | None
+    batch_shape: tuple[int, ...]
+    dtype: np.dtype  # the inputs' dtype (and the output's)
+    compute: np.dtype  # the dtype the arithmetic runs in (float16 → float32)
+    scale: float
+    mask: BoundMask | None
+    bias: BoundBias | None
+    q_pos: np.ndarray
+    k_pos: np.ndarray
+    layout: Layout
+    two_d: bool
+
+    @property
+    def hq(self) -> int:
+        return self.q.shape[-3]
+
+    @property
+    def hkv(self) -> int:
+        return self.k.shape[-3]
+
+    @property
+    def group(self) -> int:
+        """Query heads per key/value head (GQA): query head h reads kv head h // group."""
+        return self.hq // self.hkv
+
+    @property
+    def nq(self) -> int:
+        return self.q.shape[-2]
+
+    @property
+    def nk(self) -> int:
+        return self.k.shape[-2]
+
+    @property
+    def dk(self) -> int:
+        return self.q.shape[-1]
+
+    @property
+    def dv(self) -> int:
+        return 0 if self.v is None else self.v.shape[-1]
+
+    @property
+    def batch_size(self) -> int:
+        return math.prod(self.batch_shape)
+
+    @property
+    def empty(self) -> bool:
+        """No (query, key) pair at all: every row is all-masked."""
+        return self.nq == 0 or self.nk == 0 or self.batch_size == 0 or self.hq == 0
+
+    def flat(self, x: np.ndarray) -> np.ndarray:
+        """``(*batch, H, N, D)`` → ``(B, H, N, D)`` with one flat batch axis (a view)."""
+        return x.reshape(-1, *x.shape[-3:]) if self.batch_shape else x[None]
+
+    def out_shape(self, last: int) -> tuple[int, ...]:
+        return (*self.batch_shape, self.hq, self.nq, last)
+
+    def present(self, x: np.ndarray, heads_axis: int = -3) -> np.ndarray:
+        """Drop the head axis added to 2-D inputs, so 2-D in gives 2-D out."""
+        return np.squeeze(x, axis=heads_axis) if self.two_d else x
+
+    def rows(self, idx: np.ndarray) -> Problem:
+        """The same problem for the query rows ``idx`` only (global positions kept)."""
+        from dataclasses import replace
+
+        return replace(self, q=self.q[..., idx, :], q_pos=self.q_pos[idx])
+
+
+def as_array(x, name: str) -> np.ndarray:
+    """An ndarray of float16/32/64. Integers (lists or arrays) are promoted to float64, as NumPy's
+    linear algebra does; bools, strings, None and ragged nesting are refused by name."""
+    try:
+        arr = x if isinstance(x, np.ndarray) else np.asarray(x)
+    except ValueError:
+        raise ValueError(
+            f"{name} is ragged (rows of different lengths); pass a rectangular array"
+        ) from None
+    kind = arr.dtype.kind
+    if kind in "iu":
+        return arr.astype(np.float64)
+    if kind == "f" and arr.dtype in FLOATS:
+        return arr
+    if kind == "b":
+        raise TypeError(f"{name} is a bool array; attention needs numbers (float16/32/64)")
+    if kind in "USO":
+        what = "strings" if kind in "US" else "non-numbers (None, objects or ragged rows)"
+        raise TypeError(f"{name} holds {what}; pass an array of numbers, e.g. np.asarray(x, "
+                        "dtype=np.float32)")
+    raise TypeError(
+        f"{name} has dtype {arr.dtype}: attention needs float16, float32 or float64 inputs; "
+        f"convert it, e.g. {name}.astype(np.float32)"
+    )
+
+
+def check_scale(scale, dk: int) -> float:
+    if scale is None:
+        # The head dimension, never d_model: the seeds' "scaling by the wrong number" mistake.
+        return 1.0 / math.sqrt(dk)
+    if isinstance(scale, bool) or not isinstance(scale, int | float | np.integer | np.floating):
+        raise TypeError(f"scale must be a real number (default 1/sqrt(Dk)), got {scale!r}")
+    try:
+        value = float(scale)
+    except OverflowError:
+        raise ValueError(f"scale must be a finite number, got an int with {len(str(scale))} "
+                         "digits (beyond float64)") from None
+    if not math.isfinite(value):
+        raise ValueError(f"scale must be finite, got {scale!r}")
+    return value
+
+
+def _max_abs(x: np.ndarray) -> float:
+    return float(np.abs(x).max()) if x.size else 0.0
+
+
+def check_range(arrays: dict[str, np.ndarray], scale: float, bias: BoundBias | None,
+                compute: np.dtype) -> None:
+    """Refuse problems whose scores would overflow the compute dtype.
+
+    |q·k·scale| ≤ Dk · max|q| · max|k| · |scale|; with the bias's magnitude added, that must stay
+    well inside the dtype (a quarter of its largest number, room for the softmax's subtraction).
+    Otherwise an overflowed score (±inf) would read as a masked pair — a silent wrong answer.
+    """
+    q, k = arrays["q"], arrays["k"]
+    qmax, kmax = _max_abs(q), _max_abs(k)
+    if not (math.isfinite(qmax) and math.isfinite(kmax)):
+        return  # inf/NaN inputs with check_finite=False: the caller chose not to be checked
+    score = q.shape[-1] * qmax * kmax * abs(scale)
+    extra = bias.magnitude() if bias is not None else 0.0
+    limit = float(np.finfo(compute).max) / 4
+    if score + extra > limit:
+        culprit = (f"a bias of magnitude {extra:.3g}" if extra > score else
+                   f"q·k·scale (Dk={q.shape[-1]}, max|q|={qmax:.3g}, max|k|={kmax:.3g}, "
+                   f"scale={scale:.3g})")
+        raise ValueError(
+            f"the scores would overflow {compute}: {culprit} can reach {score + extra:.3g}, past "
+            f"{limit:.3g}. Rescale q, k, scale or the bias (softmax is shift-invariant, so a bias "
+            f"can be shifted), or use float64 inputs"
+        )
+
+
+def _two_d(arrays: dict[str, np.ndarray]) -> bool:
+    for name, arr in arrays.items():
+        if arr.ndim < 2:
+            raise ValueError(
+                f"{name} has shape {arr.shape}: it needs at least 2 dims (N, D); full form {SHAPES}"
+            )
+    dims = {name: arr.ndim for name, arr in arrays.items()}
+    two_d = all(d == 2 for d in dims.values())
+    if any(d == 2 for d in dims.values()) and not two_d:
+        raise ValueError(
+            "q, k and v mix 2-D (N, D) and batched inputs ("
+            + ", ".join(f"{n} {a.shape}" for n, a in arrays.items())
+            + f"): use 2-D for all of them (one head), or the full form {SHAPES}"
+        )
+    return two_d
+
+
+def _check_shapes(qa, ka, va) -> None:
+    hq, _, dk = qa.shape[-3:]
+    hkv, nk, dk_k = ka.shape[-3:]
+    if dk_k != dk:
+        raise ValueError(
+            f"q has Dk={dk} features but k has {dk_k} (shapes q {qa.shape}, k {ka.shape}): "
+            f"queries and keys must have the same last dim; {SHAPES}"
+        )
+    if dk == 0:
+        raise ValueError(f"q and k have Dk=0 features (q {qa.shape}): attention needs Dk ≥ 1")
+    if va is not None:
+        hv, nv, _ = va.shape[-3:]
+        if hv != hkv:
+            raise ValueError(
+                f"k has {hkv} heads but v has {hv} heads (shapes k {ka.shape}, v {va.shape}): "
+                "keys and values come in pairs, one value head per key head"
+            )
+        if nv != nk:
+            raise ValueError(
+                f"k has Nk={nk} positions but v has {nv} (shapes k {ka.shape}, v {va.shape}): "
+                "every key needs a value (axis -2 must match)"
+            )
+    if hkv == 0 or hq % hkv:
+        raise ValueError(
+            f"q has {hq} heads but k has {hkv}: the number of query heads must be a multiple of "
+            "the key/value heads (grouped-query attention)"
+        )
+
+
+def _check_mask(mask) -> Mask | None:
+    if isinstance(mask, np.ndarray) or isinstance(mask, list | tuple):
+        raise TypeError(
+            "mask got a raw array, whose polarity is ambiguous: say which you mean with "
+            "mask=qkv.allow(array) (True = may attend, as in torch SDPA) or "
+            "mask=qkv.deny(array) (True = masked out, as in torch.nn.MultiheadAttention)"
+        )
+    if mask is not None and not isinstance(mask, Mask):
+        raise TypeError(
+            f"mask must be a qkv mask (qkv.causal(), qkv.padding(...), qkv.allow(array), ...), "
+            f"got {type(mask).__name__}"
+        )
+    return mask
+
+
+def prepare(q, k, v=None, mask=None, bias=None, scale=None, *, check_finite=True,
+            positions=None) -> Problem:
+    """Validate the arguments of an attention call; see :func:`qkv.attention` for their meaning.
+
+    ``positions=(q_pos, k_pos, nq_total, nk_total)`` is for sharded callers: the rows given are
+    at these global positions of sequences of these global lengths.
+    """
+    arrays = {"q": as_array(q, "q"), "k": as_array(k, "k")}
+    if v is not None:
+        arrays["v"] = as_array(v, "v")
+    given = dict(arrays)  # before broadcasting, for the finiteness and range checks
+    two_d = _two_d(arrays)
+    if two_d:  # one head, as in the seeds: add the head axis
+        arrays = {name: arr[None] for name, arr in arrays.items()}
+
+    dtypes = {name: arr.dtype for name, arr in arrays.items()}
+    if len(set(dtypes.values())) > 1:
+        raw = {"q": q, "k": k, "v": v}
+
+        def shown(name):
+            was = getattr(raw[name], "dtype", None)
+            promoted = f" (promoted from {was})" if was is not None and was != dtypes[name] else ""
+            return f"dtype {dtypes[name]}{promoted}"
+
+        odd = next(n for n in dtypes if dtypes[n] != dtypes["q"])
+        raise TypeError(
+            f"{odd} has {shown(odd)} but q has {shown('q')}: q, k and v must share one dtype; "
+            f"convert with {odd}.astype(q.dtype)"
+        )
+    qa, ka, va = arrays["q"], arrays["k"], arrays.get("v")
+    _check_shapes(qa, ka, va)
+    hq, nq, dk = qa.shape[-3:]
+    hkv, nk, _ = ka.shape[-3:]
+    batch = batch_shape({n: a.shape[:-3] for n, a in arrays.items()})
+    qa = np.broadcast_to(qa, (*batch, hq, nq, dk))
+    ka = np.broadcast_to(ka, (*batch, hkv, nk, dk))
+    if va is not None:
+        va = np.broadcast_to(va, (*batch, hkv, nk, va.shape[-1]))
+
+    mask = _check_mask(mask)
+    bias_rule = as_bias(bias)
+    scale = check_scale(scale, dk)
+    if positions is None:
+        q_pos, k_pos, nq_total, nk_total = np.arange(nq), np.arange(nk), nq, nk
+    else:
+        q_pos, k_pos, nq_total, nk_total = positions
+    layout = Layout(batch, hq, nq_total, nk_total)
+    bound_mask = mask.bind(layout) if mask is not None else None
+    bound_bias = bias_rule.bind(layout) if bias_rule is not None else None
+
+    if check_finite:
+        for name, arr in given.items():
+            if not np.isfinite(arr).all():
+                raise ValueError(
+                    f"{name} contains NaN or inf; fix the input (or pass check_finite=False to "
+                    "skip this check)"
+                )
+        if bias_rule is not None:
+            bias_rule.check_finite()
+    dtype = qa.dtype
+    compute = np.dtype(np.float32) if dtype == np.float16 else dtype
+    check_range(given, scale, bound_bias, compute)
+    return Problem(
+        q=qa, k=ka, v=va, batch_shape=batch, dtype=dtype, compute=compute, scale=scale,
+        mask=bound_mask, bias=bound_bias, q_pos=np.asarray(q_pos, dtype=np.int64),
+        k_pos=np.asarray(k_pos, dtype=np.int64), layout=layout, two_d=two_d,
+    )

@@ -1,0 +1,53 @@
+"""The tile step in NumPy: a few whole-tile passes each (see the package doc for the contract)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+LOG2E = math.log2(math.e)
+# Below these exponents exp2 would return a subnormal number: flushed to 0 instead.
+EXP2_FLOOR = {np.dtype(np.float32): -126.0, np.dtype(np.float64): -1022.0}
+
+
+def _exp_from(s: np.ndarray, ref: np.ndarray, allowed: np.ndarray | None) -> None:
+    """s ← exp(s − ref[:, None]) in place; masked pairs and would-be subnormals exactly 0.
+
+    Rows whose ``ref`` is −inf (nothing allowed) give 0 everywhere.
+    """
+    c = s.dtype.type
+    floor = EXP2_FLOOR[s.dtype]
+    if allowed is not None:
+        # Excluded before any arithmetic: a NaN or a huge stale score in a masked slot is gone.
+        np.copyto(s, -np.inf, where=~allowed)
+    finite_ref = np.where(np.isfinite(ref), ref, c(np.inf))  # −inf rows: every entry → −inf
+    s -= finite_ref[:, None]
+    s *= c(LOG2E)  # exp(x) = 2^(x·log2 e): NumPy's exp2 is ~2× faster than its exp
+    if s.size and s.min() < floor:  # only then can a weight fall below 2^floor (NaN-safe)
+        np.copyto(s, -np.inf, where=s < floor)
+    np.exp2(s, out=s)
+
+
+def online_softmax(s, allowed, m, row_sum, acc) -> None:
+    tile_max = (s.max(axis=1, initial=-np.inf, where=allowed) if allowed is not None
+                else s.max(axis=1, initial=-np.inf))
+    m_new = np.maximum(m, tile_max)  # (R,)
+    seen = m_new > -np.inf
+    alpha = np.exp(np.subtract(m, m_new, out=np.zeros_like(m), where=seen))  # m = −inf → 0
+    _exp_from(s, m_new, allowed)
+    row_sum *= alpha
+    row_sum += s.sum(axis=1)
+    if acc is not None:
+        acc *= alpha[:, None]
+    m[...] = m_new
+
+
+def probabilities(s, allowed, lse) -> None:
+    _exp_from(s, lse, allowed)
+
+
+def softmax_grad(dp, p, delta) -> None:
+    dp -= delta[:, None]
+    dp *= p
+    np.copyto(dp, 0, where=p == 0)  # inf·0 from a masked slot's stale value must not be NaN

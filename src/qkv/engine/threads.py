@@ -1,0 +1,87 @@
+"""Running independent work items on all cores.
+
+NumPy releases the GIL inside BLAS and ufunc loops, and the compiled tile step releases it
+entirely, so a pool of Python threads, each running whole tiles, keeps every core busy. While it
+runs, the BLAS is held to one thread: BLAS's own threads on small tile GEMMs cost more in
+synchronisation than they gain, and two levels of threads would oversubscribe the cores. That
+needs ``threadpoolctl`` (the ``qkv[fast]`` extra); without it the pool still runs and the BLAS
+keeps its own setting.
+
+A work item that itself calls qkv (a mask predicate that runs attention, say) runs that inner
+call on its own thread: waiting on the pool from inside the pool would deadlock it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+_pool: ThreadPoolExecutor | None = None
+_pool_size = 0
+_pool_lock = threading.Lock()
+_controller = None
+_local = threading.local()  # .inside: this thread is running a work item
+
+
+def _get_pool(n: int) -> ThreadPoolExecutor:
+    global _pool, _pool_size
+    with _pool_lock:
+        if _pool is None or _pool_size < n:
+            _pool, _pool_size = ThreadPoolExecutor(max_workers=n, thread_name_prefix="qkv"), n
+        return _pool
+
+
+@contextlib.contextmanager
+def single_threaded_blas():
+    """Hold the BLAS to one thread (a no-op without threadpoolctl)."""
+    global _controller
+    try:
+        from threadpoolctl import ThreadpoolController
+    except ImportError:
+        yield
+        return
+    if _controller is None:
+        _controller = ThreadpoolController()
+    with _controller.limit(limits=1, user_api="blas"):
+        yield
+
+
+def run(worker: Callable[[int, object], None], items: Sequence, workers: int) -> None:
+    """Call ``worker(worker_id, item)`` for every item, on up to ``workers`` threads.
+
+    Items are handed out in order from a shared queue, so put the costliest first. ``worker_id``
+    lets a worker keep private scratch buffers. Exceptions propagate to the caller (the first one
+    raised; the other threads stop taking items).
+    """
+    workers = max(1, min(workers, len(items)))
+    if workers == 1 or getattr(_local, "inside", False):
+        for item in items:
+            worker(0, item)
+        return
+    lock = threading.Lock()
+    queue = iter(items)
+    failed = threading.Event()
+
+    def drain(worker_id: int) -> None:
+        _local.inside = True
+        try:
+            while not failed.is_set():
+                with lock:
+                    item = next(queue, None)
+                if item is None:
+                    return
+                try:
+                    worker(worker_id, item)
+                except BaseException:
+                    failed.set()
+                    raise
+        finally:
+            _local.inside = False
+
+    pool = _get_pool(workers)
+    with single_threaded_blas():
+        futures = [pool.submit(drain, i) for i in range(workers)]
+        for f in futures:
+            f.result()
