@@ -42,6 +42,7 @@ class Problem:
     k_pos: np.ndarray
     layout: Layout
     two_d: bool
+    checked_finite: bool = True  # q, k, v (and bias) were checked free of NaN and inf
 
     @property
     def hq(self) -> int:
@@ -298,4 +299,5 @@ def prepare(q, k, v=None, mask=None, bias=None, scale=None, *, check_finite=True
         q=qa, k=ka, v=va, batch_shape=batch, dtype=dtype, compute=compute, scale=scale,
         mask=bound_mask, bias=bound_bias, q_pos=np.asarray(q_pos, dtype=np.int64),
         k_pos=np.asarray(k_pos, dtype=np.int64), layout=layout, two_d=two_d,
+        checked_finite=bool(check_finite),
     )

@@ -33,19 +33,39 @@ def _get_pool(n: int) -> ThreadPoolExecutor:
         return _pool
 
 
+_blas_users = 0
+_blas_lock = threading.Lock()
+_blas_limit = None
+
+
 @contextlib.contextmanager
 def single_threaded_blas():
-    """Hold the BLAS to one thread (a no-op without threadpoolctl)."""
-    global _controller
+    """Hold the BLAS to one thread while any caller is inside (a no-op without threadpoolctl).
+
+    The BLAS's thread count is process-wide, so concurrent callers share one limit, counted:
+    the first to enter sets it, the last to leave restores it. (Nested, independent limits
+    would restore in the wrong order and could leave the BLAS on one thread for good.)
+    """
+    global _controller, _blas_users, _blas_limit
     try:
         from threadpoolctl import ThreadpoolController
     except ImportError:
         yield
         return
-    if _controller is None:
-        _controller = ThreadpoolController()
-    with _controller.limit(limits=1, user_api="blas"):
+    with _blas_lock:
+        if _controller is None:
+            _controller = ThreadpoolController()
+        if _blas_users == 0:
+            _blas_limit = _controller.limit(limits=1, user_api="blas")
+        _blas_users += 1
+    try:
         yield
+    finally:
+        with _blas_lock:
+            _blas_users -= 1
+            if _blas_users == 0:
+                _blas_limit.restore_original_limits()
+                _blas_limit = None
 
 
 def run(worker: Callable[[int, object], None], items: Sequence, workers: int) -> None:
