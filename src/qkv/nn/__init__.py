@@ -23,9 +23,9 @@ from .norm import LayerNorm
 from .optim import Adam
 
 __all__ = [
+    "GRU",
     "MLP",
     "Adam",
-    "GRU",
     "Embedding",
     "KVCache",
     "LayerCache",
