@@ -115,6 +115,9 @@ def _add_farback(sub) -> None:
     p.add_argument("--window", type=int, default=None, help="window length (default 256)")
     p.add_argument("--held-out", type=int, default=None,
                    help="held-out series (default 2000)")
+    p.add_argument("--weights-plot", metavar="PATH",
+                   help="write the attention weights over the window for six held-out series "
+                        "as line plots (.png/.svg; needs matplotlib)")
     p.set_defaults(train_run=run_farback)
 
 
@@ -316,7 +319,7 @@ def _check_heatmap(args, name: str) -> None:
     if args.heatmap and not args.heatmap.lower().endswith((".svg", ".html", ".htm")):
         raise SystemExit(f"qkv train {name}: --heatmap must end in .svg or .html, got "
                          f"{args.heatmap!r}")
-    if args.plot:
+    if args.plot or getattr(args, "weights_plot", None):
         import importlib.util
 
         if importlib.util.find_spec("matplotlib") is None:
@@ -439,10 +442,15 @@ def run_farback(args: argparse.Namespace) -> int:
                   f"{att['mean_weight_on_event']:.3f})")
     _outputs(console, args, result, plots.farback_plot, "farback")
     if args.heatmap:
-        weights, labels, _ = fb.weight_examples(models["attention"])
-        keys = [f"{config.window - j}" for j in range(config.window)]
-        fig = qkv.show(weights, (labels, keys),
+        weights, labels, s = fb.weight_examples(models["attention"])
+        lags = [config.window - j for j in range(config.window)]
+        fig = qkv.show(weights, (labels, [str(lag) for lag in lags]),
                        title="attention weights over the window (columns: lag), one held-out "
-                             "series per row")
-        console.print(f"attention weights heat map: {fig.save(args.heatmap)}")
+                             "series per row: lag, sign, right?")
+        path = fig.save(args.heatmap)
+        console.print(f"attention weights heat map: {path}")
+    if args.weights_plot:
+        weights, labels, s = fb.weight_examples(models["attention"])
+        console.print(f"attention weights plot: "
+                      f"{plots.farback_weights_plot(weights, labels, s, args.weights_plot)}")
     return 0

@@ -394,9 +394,10 @@ def experiment(config: FarbackConfig, n_held_out: int = 2000, *, on_start=None, 
     return result, models
 
 
-def weight_examples(model: FarbackModel, n: int = 6) -> tuple[np.ndarray, list[str], Series]:
-    """The attention weights ``(n, window)`` over held-out series 0..n−1 (lags spread out by
-    taking one case per lag bucket, round robin) and a label per row."""
+def weight_examples(model: FarbackModel, n: int = 6) -> tuple[np.ndarray, list[str], list]:
+    """The attention weights ``(n, window)`` over ``n`` held-out series (one per lag bucket,
+    round robin, oldest event first), a label per row ("lag L ± ✓") and per row
+    ``(types, sizes, lag)`` of its series."""
     s = held_out(model.config, 400)
     buckets = lag_buckets(model.config)
     picks: list[int] = []
@@ -407,6 +408,6 @@ def weight_examples(model: FarbackModel, n: int = 6) -> tuple[np.ndarray, list[s
     picks.sort(key=lambda i: -int(s.lag[i]))
     w = model.weights(s.x[picks])
     pred = model.predict(s.x[picks])
-    labels = [f"lag {int(s.lag[i])} · {'+' if s.target[i] else '−'} · "
+    labels = [f"lag {int(s.lag[i])} {'+' if s.target[i] else '−'} "
               f"{'✓' if pred[j] == s.target[i] else '✗'}" for j, i in enumerate(picks)]
-    return w, labels, s
+    return w, labels, [(s.types[i], s.sizes[i], int(s.lag[i])) for i in picks]

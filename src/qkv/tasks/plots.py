@@ -103,3 +103,28 @@ def scaling_plot(result: dict, path) -> Path:
     fig.suptitle(f"attention vs a linear scan: d={c['d']}, {c['dtype']}; slopes fitted on "
                  f"n ≥ {c['fit_from']}", fontsize=10)
     return _save(fig, path)
+
+
+def farback_weights_plot(weights, labels, series, path) -> Path:
+    """The attention model's weights over the window for a few held-out series, one panel each,
+    with the event and the distractor block trades marked."""
+    import numpy as np
+
+    plt = _pyplot()
+    n, window = weights.shape
+    fig, axes = plt.subplots(n, 1, figsize=(7.5, 1.1 * n + 0.6), sharex=True)
+    lags = window - np.arange(window)  # column j lies at lag window − j
+    for ax, w, label, row in zip(np.atleast_1d(axes), weights, labels, series, strict=True):
+        types, sizes, lag = row
+        big = (sizes >= 3.0) & (types != 0)
+        ax.vlines(lags[big], 0, 1, color="tab:red", lw=0.8, alpha=0.5)
+        ax.axvline(lag, color="tab:green", lw=2, alpha=0.5)
+        ax.plot(lags, w, color="tab:blue", lw=1)
+        ax.set_ylim(0, 1)
+        ax.set_ylabel(label, rotation=0, ha="right", va="center", fontsize=8)
+        ax.tick_params(labelsize=7)
+    ax.invert_xaxis()
+    ax.set_xlabel("lag (steps back from the end of the window)")
+    fig.suptitle("attention weight per step (blue); the type-0 block trade (green); "
+                 "distractor blocks of other types (red)", fontsize=9)
+    return _save(fig, path)

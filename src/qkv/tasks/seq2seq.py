@@ -11,14 +11,16 @@ anti-diagonal: output step t must read input position n − 1 − t.
 Two models, identical but for how the decoder sees the input::
 
     e      = E[x]                                 (B, n, E)    shared symbol embedding
-    hs, hn = GRU_enc(e, lengths)                  (B, n, H), (B, H)
+    hs     = GRU_fwd(e) + flip(GRU_bwd(flip(e)))  (B, n, H)    each position's annotation, read
+                                                               from both sides (Bahdanau 2014)
+    hn     = last(GRU_fwd) + last(GRU_bwd)        (B, H)       the whole input, summarised
     s      = GRU_dec(E[y_prev], h0 = hn)          (B, m, H)    y_prev = BOS, y_0, …, y_{m−2}
     fixed:     c_t = hn                           the one fixed-size context vector (Cho 2014)
     attention: c_t = MHA(s_t, context = hs,       softmax((s_t W_Q)(hs W_K)ᵀ/√d) (hs W_V) W_O,
                          mask = padding(n))       computed by qkv.attention (Nq = m ≠ Nk = n)
     logits = [s_t ; c_t] W_out + b_out            (B, m, V)
 
-Training uses teacher forcing (the decoder reads the true previous symbol); evaluation decodes
+(flip reverses each sequence within its own length.) Training uses teacher forcing (the decoder reads the true previous symbol); evaluation decodes
 greedily (it reads its own previous answer), so one early mistake can spoil an exact match.
 """
 
@@ -58,7 +60,7 @@ class Seq2SeqConfig:
     d_hidden: int = 128
     d_attn: int = 16  # W_Q, W_K, W_V width: small, so the two models' sizes stay within 10%
     batch: int = 64
-    steps: int = 1500
+    steps: int = 1200
     lr: float = 3e-3
     clip: float = 1.0  # global gradient-norm clip: GRUs' gradients spike now and then
     seed: int = 0
@@ -122,8 +124,8 @@ def held_out(config: Seq2SeqConfig, per_bucket: int = 1000) -> list[tuple[tuple[
 class Seq2SeqModel:
     """The encoder–decoder of the module docstring; ``kind`` is "fixed" or "attention".
 
-    Params (flat names, as saved): ``emb.weight (V+1, E)`` (row V is BOS), ``enc.*``,
-    ``dec.*`` (GRU), ``attn.*`` (attention only), ``out.weight (2H, V)``, ``out.bias``.
+    Params (flat names, as saved): ``emb.weight (V+1, E)`` (row V is BOS), ``enc.*`` and
+    ``enc_bwd.*`` (the encoder's two directions), ``dec.*`` (GRU), ``attn.*`` (attention only), ``out.weight (2H, V)``, ``out.bias``.
     """
 
     def __init__(self, config: Seq2SeqConfig, kind: str, dtype=np.float32):
@@ -135,8 +137,10 @@ class Seq2SeqModel:
         self.bos = c.n_symbols
         self.emb = Embedding(c.n_symbols + 1, c.d_emb, rng=gen, dtype=dtype)
         self.enc = GRU(c.d_emb, c.d_hidden, rng=gen, dtype=dtype)
+        self.enc_bwd = GRU(c.d_emb, c.d_hidden, rng=gen, dtype=dtype)
         self.dec = GRU(c.d_emb, c.d_hidden, rng=gen, dtype=dtype)
-        self.layers = {"emb": self.emb, "enc": self.enc, "dec": self.dec}
+        self.layers = {"emb": self.emb, "enc": self.enc, "enc_bwd": self.enc_bwd,
+                       "dec": self.dec}
         if kind == "attention":
             self.attn = MultiHeadAttention(c.d_hidden, 1, d_head=c.d_attn, rng=gen, dtype=dtype)
             self.layers["attn"] = self.attn
@@ -149,12 +153,27 @@ class Seq2SeqModel:
     def num_params(self) -> int:
         return sum(int(p.size) for p in self.params.values())
 
+    # -- the encoder: both directions ---------------------------------------------------------
+    def encode(self, e, lengths):
+        """``((hs (B, n, H), hn (B, H)), ctx)`` from embedded inputs ``e (B, n, E)``."""
+        (fs, fn), c_f = self.enc.forward(e, lengths=lengths)
+        (bs, bn), c_b = self.enc_bwd.forward(_flip(e, lengths), lengths=lengths)
+        return (fs + _flip(bs, lengths), fn + bn), (c_f, c_b, lengths)
+
+    def encode_backward(self, ctx, dhs, dhn):
+        c_f, c_b, lengths = ctx
+        (de_f, _), g_f = self.enc.backward(c_f, (dhs, dhn))
+        (de_b, _), g_b = self.enc_bwd.backward(
+            c_b, (None if dhs is None else _flip(dhs, lengths), dhn))
+        grads = {**prefixed("enc", g_f), **prefixed("enc_bwd", g_b)}
+        return de_f + _flip(de_b, lengths), grads
+
     # -- training: teacher forcing ----------------------------------------------------------
     def forward(self, batch: Batch):
         """Teacher-forced logits ``(B, n_max, V)`` and what the backward needs."""
         B = batch.src.shape[0]
         e_src, c_esrc = self.emb.forward(batch.src)  # (B, n, E)
-        (hs, hn), c_enc = self.enc.forward(e_src, lengths=batch.lengths)  # (B, n, H), (B, H)
+        (hs, hn), c_enc = self.encode(e_src, batch.lengths)  # (B, n, H), (B, H)
         prev = np.concatenate([np.full((B, 1), self.bos), batch.target[:, :-1]], axis=1)
         e_dec, c_edec = self.emb.forward(prev)  # (B, n, E)
         (s, _), c_dec = self.dec.forward(e_dec, h0=hn)  # (B, n, H)
@@ -179,11 +198,11 @@ class Seq2SeqModel:
         else:
             dhs, dhn_ctx = None, dctx.sum(axis=1)  # hn was broadcast over the output steps
         (de_dec, dh0), g_dec = self.dec.backward(c_dec, (ds, None))
-        (de_src, _), g_enc = self.enc.backward(c_enc, (dhs, dh0 + dhn_ctx))
+        de_src, g_enc = self.encode_backward(c_enc, dhs, dh0 + dhn_ctx)
         _, g_e1 = self.emb.backward(c_esrc, de_src)
         _, g_e2 = self.emb.backward(c_edec, de_dec)
         grads.update(prefixed("dec", g_dec))
-        grads.update(prefixed("enc", g_enc))
+        grads.update(g_enc)
         grads["emb.weight"] = g_e1["weight"] + g_e2["weight"]
         return grads
 
@@ -207,7 +226,7 @@ class Seq2SeqModel:
         """
         src, lengths = np.asarray(src), np.asarray(lengths)
         B, n = src.shape
-        (hs, hn), _ = self.enc.forward(self.emb(src), lengths=lengths)
+        (hs, hn), _ = self.encode(self.emb(src), lengths)
         mask = padding(lengths)
         h = hn
         prev = np.full(B, self.bos)
@@ -271,6 +290,17 @@ class Seq2SeqModel:
         return model
 
 
+def _flip(a: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Reverse each row's first ``lengths[b]`` entries along axis 1; padded entries become 0.
+    Its own inverse (and its own adjoint) on the real entries."""
+    n = a.shape[1]
+    pos = np.arange(n)
+    idx = np.clip(lengths[:, None] - 1 - pos[None, :], 0, None)  # (B, n)
+    out = np.take_along_axis(a, idx.reshape(*idx.shape, *([1] * (a.ndim - 2))), axis=1)
+    live = (pos[None, :] < lengths[:, None]).reshape(*idx.shape, *([1] * (a.ndim - 2)))
+    return np.where(live, out, 0).astype(a.dtype, copy=False)
+
+
 def _weights(q, k, mask):
     from .. import attention_weights
 
@@ -279,7 +309,7 @@ def _weights(q, k, mask):
 
 def load_pretrained(kind: str = "attention") -> Seq2SeqModel:
     """The shipped model of ``kind`` ("attention" or "fixed"), trained by
-    ``qkv train seq2seq --seed 0 --save-dir src/qkv/tasks/data``; ``.metrics`` holds its
+    ``qkv train seq2seq --seed 0 --save-dir src/qkv/tasks/data`` (see docs/seeds.md); ``.metrics`` holds its
     held-out scores per length bucket."""
     if kind not in KINDS:
         raise ValueError(f"load_pretrained: kind must be one of {KINDS}, got {kind!r}")
