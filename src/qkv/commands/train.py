@@ -423,16 +423,16 @@ def run_farback(args: argparse.Namespace) -> int:
             config, n_held,
             on_step=lambda k, step, loss: progress.update(bars[k], completed=step, loss=loss))
     table = Table(title=f"held-out accuracy by lag ({n_held} series)")
-    table.add_column("model / rule")
+    table.add_column("model / rule", no_wrap=True)
     table.add_column("params", justify="right")
     for lo, hi in fb.lag_buckets(config):
-        table.add_column(f"lag {lo}–{hi}", justify="right")
+        table.add_column(f"lag\n{lo}–{hi}", justify="right")
     table.add_column("all", justify="right")
     for kind, run in result["models"].items():
         table.add_row(kind, f"{run['parameters']:,}",
                       *(f"{r['accuracy']:.3f}" for r in run["by_lag"]), f"{run['accuracy']:.3f}")
     for name, rule in result["recency_rules"].items():
-        table.add_row(f"[dim]rule: {name}[/dim]", "",
+        table.add_row(f"[dim]rule: {name}[/dim]", "rule",
                       *(f"{r['accuracy']:.3f}" for r in rule["by_lag"]),
                       f"{rule['accuracy']:.3f}")
     console.print(table)

@@ -174,7 +174,7 @@ def recency_rules(s: Series) -> dict[str, np.ndarray]:
     }
     for lam in (0.9, 0.99, 0.999):
         ema = ((s.signs * s.sizes) * lam ** (W - 1 - idx)).sum(axis=1)
-        preds[f"EMA λ={lam} of signed size"] = ema > 0
+        preds[f"EMA λ={lam}"] = ema > 0
     return {k: v.astype(np.int64) for k, v in preds.items()}
 
 

@@ -20,8 +20,9 @@ Two models, identical but for how the decoder sees the input::
                          mask = padding(n))       computed by qkv.attention (Nq = m ≠ Nk = n)
     logits = [s_t ; c_t] W_out + b_out            (B, m, V)
 
-(flip reverses each sequence within its own length.) Training uses teacher forcing (the decoder reads the true previous symbol); evaluation decodes
-greedily (it reads its own previous answer), so one early mistake can spoil an exact match.
+(flip reverses each sequence within its own length.) Training uses teacher forcing (the
+decoder reads the true previous symbol); evaluation decodes greedily (it reads its own previous
+answer), so one early mistake can spoil an exact match.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import padding
+from .. import attention, attention_weights, padding
 from ..nn import GRU, Adam, Embedding, Linear, MultiHeadAttention, softmax_cross_entropy
 from ..nn._base import prefixed
 from . import checkpoint as ckpt
@@ -125,7 +126,8 @@ class Seq2SeqModel:
     """The encoder–decoder of the module docstring; ``kind`` is "fixed" or "attention".
 
     Params (flat names, as saved): ``emb.weight (V+1, E)`` (row V is BOS), ``enc.*`` and
-    ``enc_bwd.*`` (the encoder's two directions), ``dec.*`` (GRU), ``attn.*`` (attention only), ``out.weight (2H, V)``, ``out.bias``.
+    ``enc_bwd.*`` (the encoder's two directions), ``dec.*`` (GRU), ``attn.*`` (attention
+    only), ``out.weight (2H, V)``, ``out.bias``.
     """
 
     def __init__(self, config: Seq2SeqConfig, kind: str, dtype=np.float32):
@@ -216,13 +218,15 @@ class Seq2SeqModel:
         return loss, self.backward(cache, dlogits)
 
     # -- inference: greedy decoding ---------------------------------------------------------
-    def greedy(self, src, lengths) -> tuple[np.ndarray, np.ndarray]:
+    def greedy(self, src, lengths, *, with_weights: bool = True
+               ) -> tuple[np.ndarray, np.ndarray | None]:
         """Greedy decoding of ``lengths[b]`` symbols per sequence.
 
         Returns ``(tokens (B, n_max), weights (B, n_max, n_max))``: the decoded symbols and, per
         output step, the weights over the input positions — the attention model's
         cross-attention from ``qkv.attention_weights``; for the fixed model, weight 1 on the
         last input position (the only thing its decoder sees is the final encoder state).
+        ``with_weights=False`` skips the weights (None), for scoring.
         """
         src, lengths = np.asarray(src), np.asarray(lengths)
         B, n = src.shape
@@ -233,15 +237,16 @@ class Seq2SeqModel:
         tokens = np.zeros((B, n), np.int64)
         weights = np.zeros((B, n, n))
         if self.kind == "attention":
-            k = self.attn.project(hs[:, :1], context=hs)[1]  # the keys, once: (B, 1, n, d)
+            _, k, v = self.attn.project(hs[:, :1], context=hs)  # keys, values once: (B,1,n,d)
+            p = self.attn.params
         for t in range(n):
             h = self.dec.step(self.emb(prev), h)  # (B, H)
             if self.kind == "attention":
-                s = h[:, None, :]  # (B, 1, H): one query per sequence
-                q = self.attn.project(s)[0]  # (B, 1, 1, d)
-                w = _weights(q, k, mask)  # (B, 1, 1, n)
-                ctx = self.attn(s, context=hs, mask=mask)[:, 0]  # (B, H)
-                weights[:, t] = w[:, 0, 0]
+                q = self.attn.project(h[:, None, :])[0]  # (B, 1, 1, d): one query per sequence
+                if with_weights:
+                    weights[:, t] = attention_weights(q, k, mask=mask)[:, 0, 0]  # (B, n)
+                out = attention(q, k, v, mask=mask)[:, 0, 0]  # (B, d)
+                ctx = out @ p["w_o"] + p["b_o"]  # (B, H): the layer's output projection
             else:
                 ctx = hn
                 weights[np.arange(B), t, lengths - 1] = 1.0
@@ -250,7 +255,7 @@ class Seq2SeqModel:
         live = np.arange(n)[None, :] < lengths[:, None]
         tokens = np.where(live, tokens, 0)
         weights *= live[:, :, None]
-        return tokens, weights
+        return tokens, (weights if with_weights else None)
 
     def translate(self, tokens) -> tuple[np.ndarray, np.ndarray]:
         """One sequence of symbols ``(n,)`` → ``(output symbols (n,), weights (n, n))``.
@@ -301,16 +306,10 @@ def _flip(a: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     return np.where(live, out, 0).astype(a.dtype, copy=False)
 
 
-def _weights(q, k, mask):
-    from .. import attention_weights
-
-    return attention_weights(q, k, mask=mask)
-
-
 def load_pretrained(kind: str = "attention") -> Seq2SeqModel:
     """The shipped model of ``kind`` ("attention" or "fixed"), trained by
-    ``qkv train seq2seq --seed 0 --save-dir src/qkv/tasks/data`` (see docs/seeds.md); ``.metrics`` holds its
-    held-out scores per length bucket."""
+    ``qkv train seq2seq --seed 0 --save-dir src/qkv/tasks/data`` (see docs/seeds.md);
+    ``.metrics`` holds its held-out scores per length bucket."""
     if kind not in KINDS:
         raise ValueError(f"load_pretrained: kind must be one of {KINDS}, got {kind!r}")
     return Seq2SeqModel.load(DATA / f"seq2seq-{kind}.safetensors")
@@ -362,7 +361,7 @@ def evaluate(model: Seq2SeqModel, sets, chunk: int = 500) -> list[dict]:
                 lengths = batch.lengths[i: i + chunk]
                 n = int(lengths.max())
                 src, target = batch.src[i: i + chunk, :n], batch.target[i: i + chunk, :n]
-                out, _ = model.greedy(src, lengths)
+                out, _ = model.greedy(src, lengths, with_weights=False)
                 live = np.arange(n)[None, :] < lengths[:, None]
                 ok = (out == target) & live
                 right += int(ok.sum())
