@@ -432,7 +432,7 @@ def run_farback(args: argparse.Namespace) -> int:
         table.add_row(kind, f"{run['parameters']:,}",
                       *(f"{r['accuracy']:.3f}" for r in run["by_lag"]), f"{run['accuracy']:.3f}")
     for name, rule in result["recency_rules"].items():
-        table.add_row(f"[dim]rule: {name}[/dim]", "rule",
+        table.add_row(f"[dim]rule: {name}[/dim]", "—",
                       *(f"{r['accuracy']:.3f}" for r in rule["by_lag"]),
                       f"{rule['accuracy']:.3f}")
     console.print(table)
