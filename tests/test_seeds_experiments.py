@@ -190,6 +190,17 @@ def test_farback_quick_cli(tmp_path, capsys):
     assert "largest weight falls on the event" in capsys.readouterr().out
 
 
+def test_farback_gru_gate_bias_shifts_only_the_update_gate():
+    c = fb.FarbackConfig(window=32)
+    plain = fb.FarbackModel(c, "gru").gru.params
+    biased = fb.FarbackModel(fb.FarbackConfig(window=32, gru_gate_bias=3.0), "gru").gru.params
+    d = c.d_model
+    shift = biased["b_hh"] - plain["b_hh"]
+    np.testing.assert_allclose(shift[d: 2 * d], 3.0, rtol=1e-6)
+    assert not shift[:d].any() and not shift[2 * d:].any()
+    assert all(np.array_equal(plain[n], biased[n]) for n in ("w_ih", "w_hh", "b_ih"))
+
+
 def test_farback_same_seed_same_weights():
     def run():
         model = fb.FarbackModel(fb.FarbackConfig(window=32, steps=4), "gru")

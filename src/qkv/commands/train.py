@@ -115,6 +115,9 @@ def _add_farback(sub) -> None:
     p.add_argument("--window", type=int, default=None, help="window length (default 256)")
     p.add_argument("--held-out", type=int, default=None,
                    help="held-out series (default 2000)")
+    p.add_argument("--gru-gate-bias", type=float, default=None,
+                   help="add this to the GRU's update-gate bias at initialisation (default 0; "
+                        "3 makes it keep its state by default)")
     p.add_argument("--weights-plot", metavar="PATH",
                    help="write the attention weights over the window for six held-out series "
                         "as line plots (.png/.svg; needs matplotlib)")
@@ -403,7 +406,8 @@ def run_farback(args: argparse.Namespace) -> int:
     _check_heatmap(args, "farback")
     given = dict(QUICK_FARBACK) if args.quick else {}
     given.update({k: v for k, v in {"seed": args.seed, "steps": args.steps, "batch": args.batch,
-                                    "lr": args.lr, "window": args.window}.items()
+                                    "lr": args.lr, "window": args.window,
+                                    "gru_gate_bias": args.gru_gate_bias}.items()
                   if v is not None})
     config = _config(fb.FarbackConfig, "farback", given)
     n_held = args.held_out if args.held_out is not None else (800 if args.quick else 2000)
@@ -413,7 +417,9 @@ def run_farback(args: argparse.Namespace) -> int:
     console.print(f"a type-0 block trade at lag {config.min_lag}–{config.window} in a "
                   f"{config.window}-step window; {config.n_recent} larger blocks of other types "
                   f"after it and {config.n_anywhere} anywhere; {config.steps} Adam steps of "
-                  f"{config.batch} per model, seed {config.seed}")
+                  f"{config.batch} per model, seed {config.seed}"
+                  + (f"; GRU update-gate bias +{config.gru_gate_bias}"
+                     if config.gru_gate_bias else ""))
     progress = _experiment_progress(console, args.no_progress)
     bars = {}
     with progress:

@@ -28,6 +28,7 @@ Three models, trained the same way (same batches, Adam, steps):
 - ``recency``: an exponential moving average of a linear map of each step,
   Σ_t (1 − λ) λ^lag_t (x_t W), with λ = σ(θ) learned per channel, then a small MLP.
 - ``gru``: the GRU of :mod:`qkv.nn` over the window; its last state feeds a linear read-out.
+  ``gru_gate_bias`` > 0 starts its update gate near "keep the state" (default 0: torch's init).
 """
 
 from __future__ import annotations
@@ -55,6 +56,10 @@ class FarbackConfig:
     batch: int = 64
     steps: int = 600
     lr: float = 3e-3
+    # Added to the GRU's update-gate bias at initialisation: > 0 makes it keep its state by
+    # default ("remember unless told otherwise", like an LSTM's forget-gate bias of 1). 0 is
+    # torch's initialisation.
+    gru_gate_bias: float = 0.0
     seed: int = 0
 
     def __post_init__(self):
@@ -243,6 +248,7 @@ class FarbackModel:
             self.extra = {}
         else:
             self.gru = GRU(c.d_in, d, rng=gen, dtype=dtype)
+            self.gru.params["b_hh"][d: 2 * d] += c.gru_gate_bias  # the update gate z
             self.layers = {"gru": self.gru}
             self.extra = {}
         self.head = Linear(d, 2, rng=gen, dtype=dtype)

@@ -72,8 +72,10 @@ def farback_plot(result: dict, path) -> Path:
     ax.set_ylabel("held-out accuracy")
     ax.set_ylim(0.3, 1.02)
     c = result["config"]
+    gate = c.get("gru_gate_bias", 0.0)
     ax.set_title(f"find the type-0 block trade in a {c['window']}-step window "
-                 f"({c['steps']} steps, seed {c['seed']})", fontsize=10)
+                 f"({c['steps']} steps, seed {c['seed']}"
+                 + (f", GRU gate bias +{gate:g})" if gate else ")"), fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="lower left")
     return _save(fig, path)
