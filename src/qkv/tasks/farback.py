@@ -319,7 +319,7 @@ class FarbackModel:
 def train(model: FarbackModel, on_step=None) -> list[float]:
     """Adam for ``config.steps`` steps on batches from the generator ``[seed, 1]`` — the same
     batches for all three models."""
-    from .._threads import single_threaded_blas
+    from ..engine.threads import single_threaded_blas
 
     c = model.config
     rng = np.random.default_rng([c.seed, 1])
@@ -354,7 +354,7 @@ def accuracy_by_lag(config: FarbackConfig, s: Series, pred: np.ndarray) -> list[
 
 
 def evaluate(model: FarbackModel, s: Series, chunk: int = 500) -> dict:
-    from .._threads import single_threaded_blas
+    from ..engine.threads import single_threaded_blas
 
     with single_threaded_blas():
         pred = np.concatenate([model.predict(s.x[i: i + chunk]) for i in range(0, len(s), chunk)])

@@ -330,7 +330,7 @@ def train(model: Seq2SeqModel, on_step=None) -> list[float]:
     Data come from a generator seeded ``[seed, 1]`` — the same batches for both kinds, so the
     two models see exactly the same examples in the same order.
     """
-    from .._threads import single_threaded_blas
+    from ..engine.threads import single_threaded_blas
 
     c = model.config
     rng = np.random.default_rng([c.seed, 1])
@@ -351,7 +351,7 @@ def train(model: Seq2SeqModel, on_step=None) -> list[float]:
 
 def evaluate(model: Seq2SeqModel, sets, chunk: int = 500) -> list[dict]:
     """Token accuracy and exact match per length bucket, decoding greedily."""
-    from .._threads import single_threaded_blas
+    from ..engine.threads import single_threaded_blas
 
     rows = []
     with single_threaded_blas():
