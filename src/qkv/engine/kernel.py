@@ -34,6 +34,10 @@ from .tiles import KernelConfig, blocks, current
 
 __all__ = ["backward", "forward", "has_work", "weights"]
 
+# Below this much work (multiply-adds) a call is too small for holding the BLAS to one thread to
+# pay for itself (~30 µs, see threads.run); its GEMMs are too small for BLAS threads anyway.
+BLAS_HOLD_MIN = 1 << 20
+
 
 # --------------------------------------------------------------------------------------------
 # Planning: which tiles, of which kind
@@ -154,8 +158,10 @@ def _dot(weights: np.ndarray, x: np.ndarray, bad: np.ndarray | None) -> np.ndarr
     return result
 
 
-def _work(p: Problem, passes: float = 1.0) -> float:
-    return passes * p.batch_size * p.hq * p.nq * p.nk * (p.dk + p.dv)
+def _run(p: Problem, cfg: KernelConfig, worker, items, passes: float = 1.0) -> None:
+    """Run the work items on the pool, sized by the problem's work (multiply-adds × passes)."""
+    work = passes * p.batch_size * p.hq * p.nq * p.nk * (p.dk + p.dv)
+    threads.run(worker, items, cfg.num_workers(work), hold_blas=work > BLAS_HOLD_MIN)
 
 
 # --------------------------------------------------------------------------------------------
@@ -216,7 +222,7 @@ def _forward_tiled(p, cfg, step, out, lse) -> None:
         if acc is not None:
             out_flat[b, h, q0:q1] = acc
 
-    threads.run(worker, items, cfg.num_workers(_work(p)))
+    _run(p, cfg, worker, items)
 
 
 def _finish(m: np.ndarray, row_sum: np.ndarray, acc: np.ndarray | None) -> np.ndarray:
@@ -297,7 +303,7 @@ def _forward_small(p, cfg, step, out, lse) -> None:
         _finish(m, row_sum, acc)
         out_g[rows] = acc.reshape(n, p.hkv, p.group, p.nq, p.dv)
 
-    threads.run(worker, _small_chunks(p), cfg.num_workers(_work(p)))
+    _run(p, cfg, worker, _small_chunks(p))
 
 
 # --------------------------------------------------------------------------------------------
@@ -327,7 +333,7 @@ def weights(p: Problem) -> np.ndarray:
                                lse_flat[rows].reshape(-1, p.nq))
             flat[rows] = np.swapaxes(s, -1, -2).reshape(-1, p.hq, p.nq, p.nk)
 
-        threads.run(small, _small_chunks(p), cfg.num_workers(_work(p)))
+        _run(p, cfg, small, _small_chunks(p))
     else:
         planner = _Planner(p, cfg, cfg.tile_k)
         q, k = p.flat(p.q), p.flat(p.k)
@@ -345,7 +351,7 @@ def weights(p: Problem) -> np.ndarray:
                                    lse_flat[None, b, h, q0 + r0: q0 + r1])
                 flat[b, h, q0 + r0: q0 + r1, k0:k1] = s.T
 
-        threads.run(worker, items, cfg.num_workers(_work(p)))
+        _run(p, cfg, worker, items)
     # exp(s − lse) sums to 1 up to the exponential's rounding (≈ |s − lse|·eps): divide by the
     # actual sum so that every row sums to 1 to the dtype's precision.
     total = flat.sum(axis=-1, dtype=c, keepdims=True)
@@ -439,7 +445,7 @@ def _backward_tiled(p, cfg, step, delta, lse_f, dout_f, dk, dv):
                     dq[b, h, q0 + r0: q0 + r1] += _dot(  # dS K: (tr, Dk)
                         dp.T, k_bh[t0:t1], None if bad_k is None else bad_k[t0:t1]) * scale
 
-    threads.run(worker, items, cfg.num_workers(_work(p, 2.5)))
+    _run(p, cfg, worker, items, passes=2.5)
     dq = sum(dq_parts.values()) if dq_parts else np.zeros((p.batch_size, p.hq, p.nq, p.dk), c)
     return dq, dk, dv
 
@@ -483,5 +489,5 @@ def _backward_small(p, cfg, step, delta, lse_f, dout_f):
                                      strict=True)]).reshape(*ds.shape[:3], p.nq, p.dk) * scale
         dk[rows] = (dp @ q_g[rows].astype(c, copy=False)).sum(axis=2) * scale
 
-    threads.run(worker, _small_chunks(p), cfg.num_workers(_work(p, 2.5)))
+    _run(p, cfg, worker, _small_chunks(p), passes=2.5)
     return dq.reshape(p.batch_size, p.hq, p.nq, p.dk), dk, dv
