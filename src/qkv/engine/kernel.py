@@ -158,6 +158,13 @@ def _dot(weights: np.ndarray, x: np.ndarray, bad: np.ndarray | None) -> np.ndarr
     return result
 
 
+def _in_compute(p: Problem, x: np.ndarray) -> np.ndarray:
+    """k or v as ``(B, H, N, D)`` in the compute dtype: float16 is converted once per call (not
+    once per tile — a query tile per head would otherwise convert the whole head again)."""
+    flat = p.flat(x)
+    return flat if flat.dtype == p.compute else flat.astype(p.compute)
+
+
 def _run(p: Problem, cfg: KernelConfig, worker, items, passes: float = 1.0) -> None:
     """Run the work items on the pool, sized by the problem's work (multiply-adds × passes)."""
     work = passes * p.batch_size * p.hq * p.nq * p.nk * (p.dk + p.dv)
@@ -196,8 +203,8 @@ def _forward_tiled(p, cfg, step, out, lse) -> None:
              for b in range(p.batch_size) for h in range(p.hq)]
     out_flat = None if out is None else p.flat(out)
     lse_flat = p.flat(lse[..., None])[..., 0]  # (B, Hq, Nq)
-    q, k = p.flat(p.q), p.flat(p.k)
-    v = None if out is None else p.flat(p.v)
+    q, k = p.flat(p.q), _in_compute(p, p.k)
+    v = None if out is None else _in_compute(p, p.v)
     c = p.compute
 
     def worker(_: int, item) -> None:
@@ -336,7 +343,7 @@ def weights(p: Problem) -> np.ndarray:
         _run(p, cfg, small, _small_chunks(p))
     else:
         planner = _Planner(p, cfg, cfg.tile_k)
-        q, k = p.flat(p.q), p.flat(p.k)
+        q, k = p.flat(p.q), _in_compute(p, p.k)
         items = [(b, h, q0, q1) for q0, q1 in blocks(p.nq, cfg.tile_q)
                  for b in range(p.batch_size) for h in range(p.hq)]
 
@@ -404,7 +411,7 @@ def _backward_tiled(p, cfg, step, delta, lse_f, dout_f, dk, dv):
     c = p.compute
     scale = c.type(p.scale)
     dq_parts: dict[int, np.ndarray] = {}
-    q, k, v = p.flat(p.q), p.flat(p.k), p.flat(p.v)
+    q, k, v = p.flat(p.q), _in_compute(p, p.k), _in_compute(p, p.v)
     q_blocks = blocks(p.nq, cfg.tile_q)
     planner = _Planner(p, cfg, cfg.tile_k)
     items = [(b, hk, k0, k1) for b in range(p.batch_size) for hk in range(p.hkv)
