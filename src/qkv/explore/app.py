@@ -6,9 +6,13 @@
   ``/api/model/neuron``: validated by :mod:`qkv.explore.schemas`, computed by qkv.
 
 Bad input is a 422 with a sentence for a person (``detail``) and one entry per problem
-(``errors``); a missing model is a 503. No CORS headers are sent, so other sites' pages cannot
-read the API; the Host header must name the address the server was bound to (a guard against
-DNS rebinding); a Content-Security-Policy keeps the page from loading anything from elsewhere.
+(``errors``) — only for pydantic's validation errors and :class:`InputError`; any other
+exception is a bug and a 500. A missing model is a 503. A POST must say
+``Content-Type: application/json`` (415 otherwise), so a form or ``text/plain`` request from
+another site's page cannot make the server compute. No CORS headers are sent, so other sites'
+pages cannot read the API; the Host header must name the address the server was bound to or a
+loopback name (a guard against DNS rebinding); a Content-Security-Policy keeps the page from
+loading anything from elsewhere.
 """
 
 from __future__ import annotations
@@ -19,13 +23,13 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.middleware.trustedhost import TrustedHostMiddleware
 
 import qkv
 
 from . import compute
-from .errors import describe_validation_errors
-from .limits import BodySizeLimit
+from .errors import InputError, describe_validation_errors
+from .hosts import LOOPBACK_HOSTS, HostCheck
+from .limits import BodyLimits
 from .model_service import ModelService, ModelUnavailable
 from .schemas import (
     AttentionsResponse,
@@ -41,7 +45,6 @@ from .schemas import (
     TraceResponse,
 )
 
-LOOPBACK_HOSTS = ["127.0.0.1", "localhost", "[::1]", "::1"]
 ASSETS = {"app.js": "text/javascript; charset=utf-8", "style.css": "text/css; charset=utf-8"}
 SECURITY_HEADERS = {
     "Content-Security-Policy": (
@@ -54,6 +57,7 @@ SECURITY_HEADERS = {
 BAD_INPUT = {
     422: {"model": ErrorResponse, "description": "the request breaks a rule (message)"},
     413: {"model": ErrorResponse, "description": "the request body is over 1 MB"},
+    415: {"model": ErrorResponse, "description": "the body is not sent as application/json"},
 }
 # FastAPI's words for a body it cannot even decode (e.g. bytes that are not UTF-8).
 UNPARSEABLE = "There was an error parsing the body"
@@ -68,15 +72,27 @@ def _read_static() -> dict[str, bytes]:
 def create_app(allowed_hosts: list[str] | None = None,
                model_service: ModelService | None = None) -> FastAPI:
     """The explorer app. ``allowed_hosts``: Host header values accepted (loopback names by
-    default; ``["*"]`` for any); ``model_service``: where MiniLM comes from (lazy by default)."""
+    default); ``model_service``: where MiniLM comes from (lazy by default)."""
     # No /docs or /redoc: FastAPI's pages load Swagger/ReDoc from a CDN, and this app is offline.
     app = FastAPI(title="qkv explore", version=qkv.__version__,
                   description="softmax(Q Kᵀ/√d_k) V, computed by qkv, for a page to draw.",
                   docs_url=None, redoc_url=None)
     static = _read_static()
     models = model_service or ModelService()
-    app.add_middleware(TrustedHostMiddleware, allowed_hosts=allowed_hosts or LOOPBACK_HOSTS)
-    app.add_middleware(BodySizeLimit)
+    app.add_middleware(BodyLimits)  # innermost: the body, read in full, bounded
+
+    @app.middleware("http")
+    async def json_only(request: Request, call_next):
+        if request.method == "POST":
+            kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+            if kind != "application/json":
+                said = f"Content-Type {kind!r}" if kind else "no Content-Type"
+                return JSONResponse(status_code=415, content={
+                    "detail": f"the request has {said}: send the body as JSON with "
+                              "Content-Type: application/json", "errors": []})
+        return await call_next(request)
+
+    app.add_middleware(HostCheck, allowed_hosts=allowed_hosts or LOOPBACK_HOSTS)
 
     @app.middleware("http")
     async def security_headers(request: Request, call_next):
@@ -98,12 +114,8 @@ def create_app(allowed_hosts: list[str] | None = None,
         return JSONResponse(status_code=exc.status_code, content={"detail": str(exc.detail)},
                             headers=getattr(exc, "headers", None))
 
-    @app.exception_handler(ValueError)  # qkv's checks, ModelInputError
-    async def refused_by_qkv(request: Request, exc: ValueError):
-        return JSONResponse(status_code=422, content={"detail": str(exc), "errors": []})
-
-    @app.exception_handler(TypeError)
-    async def wrong_type(request: Request, exc: TypeError):
+    @app.exception_handler(InputError)  # a valid request that cannot be answered as asked
+    async def refused(request: Request, exc: InputError):
         return JSONResponse(status_code=422, content={"detail": str(exc), "errors": []})
 
     @app.exception_handler(ModelUnavailable)
@@ -119,6 +131,13 @@ def create_app(allowed_hosts: list[str] | None = None,
         if name not in ASSETS:
             return JSONResponse(status_code=404, content={"detail": f"no asset {name!r}"})
         return Response(static[name], media_type=ASSETS[name])
+
+    @app.get("/api/colors")
+    def colors() -> dict:
+        """The weight colour scale of qkv.render (the one `qkv look` and `qkv.show` use)."""
+        from qkv.render.colors import scale_spec
+
+        return scale_spec()
 
     @app.get("/api/health")
     def health() -> dict:

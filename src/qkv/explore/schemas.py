@@ -144,9 +144,12 @@ class TraceRequest(_Strict):
 
 # -- view 2: scale -------------------------------------------------------------------------------
 class ScaleRequest(_Strict):
-    """The seeds' two scores [8, 0] (or others) and random d_k-dimensional vectors."""
+    """The seeds' two scores [8, 0] at d_k = 64 (or others), grown like √d_k as for random
+    vectors, and random d_k-dimensional vectors."""
 
     scores: Annotated[list[Number], Field(min_length=2, max_length=MAX_TOKENS)] = [8.0, 0.0]
+    reference_d_k: Annotated[int, Field(strict=True, ge=1, le=MAX_SCALE_DK)] = Field(
+        64, description="the d_k at which `scores` are given; at d_k they are × √(d_k/this)")
     d_k: Annotated[int, Field(strict=True, ge=1, le=MAX_SCALE_DK)] = 64
     temperature: Annotated[float, Field(strict=True, allow_inf_nan=False, ge=0.01, le=100)] = 1.0
     seed: Annotated[int, Field(strict=True, ge=0, le=2**32 - 1)] = 0
@@ -205,11 +208,13 @@ class ErrorResponse(BaseModel):
 
 
 class TraceResponse(BaseModel):
-    """``qkv.explain(...).to_dict()`` plus the mask's repr and each row's weight total."""
+    """``qkv.explain(...).to_dict()`` plus each row's weight total and the exp step."""
 
     trace: dict
     row_sums: list[float]
     d_k: int
+    exp: dict = Field(description="e^scaled per allowed pair, each row's sum (= e^lse), and "
+                      "the sum of the exps rounded to 3 decimals, as the seed adds them")
 
 
 class ScaleResponse(BaseModel):
@@ -222,6 +227,7 @@ class MaskResponse(BaseModel):
     trace: dict
     row_sums: list[float]
     fully_masked_rows: list[int]
+    description: str = Field(description="the mask in sentences, for a learner")
 
 
 class AttentionsResponse(BaseModel):
