@@ -26,21 +26,29 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 import qkv
 
-from . import compute
+from . import compute, lessons, seq2seq_service
 from .errors import InputError, describe_validation_errors
 from .hosts import LOOPBACK_HOSTS, HostCheck
 from .limits import BodyLimits
 from .model_service import ModelService, ModelUnavailable
 from .schemas import (
     AttentionsResponse,
+    CostRequest,
+    CostResponse,
     ErrorResponse,
     MaskRequest,
     MaskResponse,
+    MistakesRequest,
+    MistakesResponse,
     ModelRequest,
     NeuronRequest,
     NeuronResponse,
+    ProjectionRequest,
+    ProjectionResponse,
     ScaleRequest,
     ScaleResponse,
+    Seq2SeqRequest,
+    Seq2SeqResponse,
     TraceRequest,
     TraceResponse,
 )
@@ -118,6 +126,10 @@ def create_app(allowed_hosts: list[str] | None = None,
     async def refused(request: Request, exc: InputError):
         return JSONResponse(status_code=422, content={"detail": str(exc), "errors": []})
 
+    @app.exception_handler(seq2seq_service.Seq2SeqUnavailable)
+    async def seq2seq_unavailable(request: Request, exc: Exception):
+        return JSONResponse(status_code=503, content={"detail": str(exc), "errors": []})
+
     @app.exception_handler(ModelUnavailable)
     async def model_unavailable(request: Request, exc: ModelUnavailable):
         return JSONResponse(status_code=503, content={"detail": str(exc), "errors": []})
@@ -158,6 +170,28 @@ def create_app(allowed_hosts: list[str] | None = None,
     def mask(req: MaskRequest) -> dict:
         """View 3: a token grid under a mask built from presets and clicked cells."""
         return compute.mask_view(req)
+
+    @app.post("/api/projections", response_model=ProjectionResponse, responses=BAD_INPUT)
+    def projections(req: ProjectionRequest) -> dict:
+        """Q = X W_Q, K = X W_K, V = X W_V of 2-D points, and qkv.explain(Q, K, V)."""
+        return lessons.projections(req)
+
+    @app.post("/api/mistakes", response_model=MistakesResponse, responses=BAD_INPUT)
+    def mistakes(req: MistakesRequest) -> dict:
+        """The right attention and the seed's common mistakes, both computed by qkv."""
+        return lessons.mistakes(req)
+
+    @app.post("/api/cost", response_model=CostResponse, responses=BAD_INPUT)
+    def cost(req: CostRequest) -> dict:
+        """n × n sizes, work and memory; the kernel's tile classification for a mask."""
+        return lessons.cost(req)
+
+    @app.post("/api/seq2seq", response_model=Seq2SeqResponse,
+              responses={**BAD_INPUT, 503: {"model": ErrorResponse,
+                                            "description": "qkv.tasks.seq2seq is missing"}})
+    def seq2seq(req: Seq2SeqRequest) -> dict:
+        """The shipped seq2seq models (attention vs fixed context) decoding the input."""
+        return seq2seq_service.decode(req.input)
 
     @app.post("/api/model/attentions", response_model=AttentionsResponse,
               responses={**BAD_INPUT, **NO_MODEL})
