@@ -17,6 +17,7 @@ loading anything from elsewhere.
 
 from __future__ import annotations
 
+import json
 from importlib import resources
 
 from fastapi import FastAPI, Request
@@ -74,7 +75,8 @@ NO_MODEL = {503: {"model": ErrorResponse, "description": "the MiniLM model is no
 
 def _read_static() -> dict[str, bytes]:
     folder = resources.files("qkv.explore") / "static"
-    return {name: (folder / name).read_bytes() for name in ("index.html", *ASSETS)}
+    return {name: (folder / name).read_bytes()
+            for name in ("index.html", "learned_2d.json", *ASSETS)}
 
 
 def create_app(allowed_hosts: list[str] | None = None,
@@ -89,9 +91,12 @@ def create_app(allowed_hosts: list[str] | None = None,
     models = model_service or ModelService()
     app.add_middleware(BodyLimits)  # innermost: the body, read in full, bounded
 
+    def post_paths() -> set[str]:
+        return {r.path for r in app.routes if "POST" in (getattr(r, "methods", None) or ())}
+
     @app.middleware("http")
     async def json_only(request: Request, call_next):
-        if request.method == "POST":
+        if request.method == "POST" and request.url.path in post_paths():
             kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
             if kind != "application/json":
                 said = f"Content-Type {kind!r}" if kind else "no Content-Type"
@@ -150,6 +155,14 @@ def create_app(allowed_hosts: list[str] | None = None,
         from qkv.render.colors import scale_spec
 
         return scale_spec()
+
+    learned = json.loads(static["learned_2d.json"])
+
+    @app.get("/api/projections/learned")
+    def learned_projections() -> dict:
+        """W_Q, W_K, W_V of a trained 2-D toy (scripts/fit_projection_toy.py), for the
+        projections view's "learned" preset."""
+        return learned
 
     @app.get("/api/health")
     def health() -> dict:

@@ -18,6 +18,7 @@ MAX_SENTENCE = 512  # characters
 MAX_ABS = 1e6  # |every number| ≤ this: 16 products of 1e6 × 1e6 stay far from overflow
 MAX_SCALE_DK = 1024  # random vectors of the scale view
 MAX_PRESETS = 5
+MAX_TILES = 65_536  # tiles the cost view classifies and draws
 
 Number = Annotated[
     float, Field(strict=True, allow_inf_nan=False, ge=-MAX_ABS, le=MAX_ABS,
@@ -299,6 +300,19 @@ class CostRequest(_Strict):
     tile_q: Annotated[int, Field(strict=True, ge=16, le=4096)] | None = None
     tile_k: Annotated[int, Field(strict=True, ge=16, le=4096)] | None = None
     d: Annotated[int, Field(strict=True, ge=1, le=1024)] = 64
+
+    @model_validator(mode="after")
+    def _grid_fits(self) -> CostRequest:
+        from qkv import engine  # the kernel's current tile sizes are the defaults
+
+        config = engine.current()
+        tq, tk = self.tile_q or config.tile_q, self.tile_k or config.tile_k
+        tiles = -(-self.n // tq) * -(-self.n // tk)
+        if tiles > MAX_TILES:
+            raise ValueError(
+                f"n = {self.n} with tiles of {tq} × {tk} makes {tiles:,} tiles; the cost view "
+                f"draws at most {MAX_TILES:,}: use larger tiles or a smaller n")
+        return self
 
 
 class CostResponse(BaseModel):
