@@ -52,3 +52,23 @@ def test_the_scale_spec_is_the_scale_the_views_use():
     assert spec["interpolation"] == "linear" and spec["domain"] == [0.0, 1.0]
     assert spec["low"] == weight_color(0.0) and spec["high"] == weight_color(1.0)
     assert spec["masked"] == hex_color(MASKED)
+
+
+def _contrast(a, b) -> float:
+    def lum(rgb):
+        c = [x / 255 for x in rgb]
+        c = [x / 12.92 if x <= 0.03928 else ((x + 0.055) / 1.055) ** 2.4 for x in c]
+        return 0.2126 * c[0] + 0.7152 * c[1] + 0.0722 * c[2]
+
+    hi, lo = sorted([lum(a), lum(b)], reverse=True)
+    return (hi + 0.05) / (lo + 0.05)
+
+
+def test_text_on_every_weight_cell_meets_wcag_aa():
+    from qkv.render.colors import ink_for, weight_rgb
+
+    def rgb(hex_):
+        return tuple(int(hex_[i:i + 2], 16) for i in (1, 3, 5))
+
+    worst = min(_contrast(weight_rgb(w / 1000), rgb(ink_for(w / 1000))) for w in range(1001))
+    assert worst >= 4.5

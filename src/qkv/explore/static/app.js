@@ -40,8 +40,8 @@
   // The one weight colour scale, served by the server from qkv.render.colors (/api/colors):
   // linear from white at 0 to dark blue at 1, as `qkv look` and `qkv.show` draw it.
   let COLORS = {
-    low_rgb: [255, 255, 255], high_rgb: [8, 48, 107], ink_threshold: 0.5,
-    ink_light: "#ffffff", ink_dark: "#08306b", masked: "#d9d9d9", masked_mark: "×",
+    low_rgb: [255, 255, 255], high_rgb: [8, 48, 107], ink_threshold: 0.655,
+    ink_light: "#ffffff", ink_dark: "#000000", masked: "#d9d9d9", masked_mark: "×",
   };
   function heatRGB(w) {
     const t = Math.max(0, Math.min(1, Number(w)));
@@ -468,6 +468,7 @@
         return;
       }
       input.classList.remove("bad");
+      moved = "";
       state[name][index] = parsed;
       renderPlane();
       writeURL();
@@ -574,7 +575,7 @@
       legend("vectors-legend"),
     );
     const w = t.weights[0].map((x) => fmt(x, 3)).join(", ");
-    announce(`weights of q0: ${w}; output (${t.output[0].map((x) => fmt(x, 3)).join(", ")})`);
+    announce(`${moved}weights of q0: ${w}; output (${t.output[0].map((x) => fmt(x, 3)).join(", ")})`);
   }
 
   /** Why the seed's hand-added sum can differ in the last digit from the exact one. */
@@ -601,6 +602,7 @@
     return [snap((p.x - PLANE.size / 2) / unit), snap((PLANE.size / 2 - p.y) / unit)];
   }
 
+  let moved = ""; // what the keyboard just moved, said with the next result
   function moveVector(kind, index, vec) {
     const name = NAME_OF[kind];
     state[name][index] = vec;
@@ -615,6 +617,7 @@
     plane.addEventListener("pointerdown", (event) => {
       const handle = event.target.closest(".handle-group");
       if (!handle) return;
+      moved = "";
       // the head follows the pointer (a fanned-out knob's head jumps the few px to it)
       drag = { kind: handle.dataset.kind, index: Number(handle.dataset.index) };
       plane.setPointerCapture(event.pointerId);
@@ -649,7 +652,8 @@
       if (vec.length > 1) vec[1] = clamp(vec[1] + step[1] * by);
       moveVector(kind, index, vec);
       writeURL();
-      announce(`${NAME_OF[kind]}${index} is now (${vec.map((z) => fmt(z, 2)).join(", ")})`);
+      moved = `${NAME_OF[kind]}${index} is now (${vec.map((z) => fmt(z, 2)).join(", ")}); `;
+      announce(moved);
     });
     $("#add-query").addEventListener("click", () => {
       const d = state.q[0].length;
