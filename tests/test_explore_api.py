@@ -73,15 +73,41 @@ def test_scale_zero_gives_uniform_weights(client):
 
 
 # -- view 2: scale -------------------------------------------------------------------------------
-@pytest.mark.parametrize(("d_k", "seed_says"), [(1, [0.9997, 0.0003]), (64, [0.731, 0.269])])
-def test_scale_view_reproduces_the_seeds_softmax(client, d_k, seed_says):
+@pytest.mark.parametrize("d_k", [1, 16, 64, 1024])
+def test_scale_view_scores_grow_with_d_k_and_the_scale_undoes_it(client, d_k):
+    """The seed's argument: scores of random vectors spread like √d_k ([8, 0] at d_k = 64), so
+    unscaled softmax gets harder as d_k grows; divided by √d_k it stays at [0.731, 0.269]."""
     body = client.post("/api/scale", json={"d_k": d_k}).json()
     example = body["example"]
-    expect = qkv.attention_weights([[1.0]], [[8.0], [0.0]], scale=1 / math.sqrt(d_k))[0]
-    assert example["weights"] == pytest.approx(expect.tolist(), abs=1e-15)
-    digits = len(str(seed_says[1]).split(".")[1])
-    assert [round(w, digits) for w in example["weights"]] == seed_says
-    assert example["unscaled_weights"] == pytest.approx([0.9996646498695336, 0.0003353501304664])
+    raw = [8.0 * math.sqrt(d_k / 64), 0.0]
+    assert example["raw_scores"] == pytest.approx(raw, rel=1e-15)
+    scaled = qkv.attention_weights([[1.0]], [[raw[0]], [0.0]], scale=1 / math.sqrt(d_k))[0]
+    unscaled = qkv.attention_weights([[1.0]], [[raw[0]], [0.0]], scale=1.0)[0]
+    assert example["weights"] == pytest.approx(scaled.tolist(), abs=1e-15)
+    assert example["unscaled_weights"] == pytest.approx(unscaled.tolist(), abs=1e-15)
+    assert [round(w, 3) for w in example["weights"]] == [0.731, 0.269]
+    # the gradient that reaches each score through softmax: w (1 − w)
+    w = np.array(example["unscaled_weights"])
+    assert example["unscaled_gradient"] == pytest.approx((w * (1 - w)).tolist(), abs=1e-15)
+    assert example["gradient"][1] == pytest.approx(0.731 * 0.269, abs=1e-3)
+    if d_k == 64:  # the seed's numbers: softmax([8, 0]) = [0.9997, 0.0003]
+        assert [round(x, 4) for x in example["unscaled_weights"]] == [0.9997, 0.0003]
+        assert example["unscaled_gradient"][1] < 4e-4
+    if d_k == 1024:  # the other key's gradient nearly vanishes unscaled
+        assert example["unscaled_gradient"][1] < 1e-12
+
+
+def test_scale_view_gradient_share_matches_autograd(client):
+    torch = pytest.importorskip("torch")
+    example = client.post("/api/scale", json={"d_k": 256}).json()["example"]
+    for key in ("weights", "unscaled_weights"):
+        scores = torch.tensor(example["raw_scores"], dtype=torch.float64, requires_grad=True)
+        scale = example["scale"] if key == "weights" else 1.0
+        w = torch.softmax(scores * scale, dim=0)
+        grads = [torch.autograd.grad(w[j], scores, retain_graph=True)[0][j].item() / scale
+                 for j in range(2)]
+        expect = "gradient" if key == "weights" else "unscaled_gradient"
+        assert example[expect] == pytest.approx(grads, rel=1e-9, abs=1e-300)
 
 
 def test_scale_view_random_vectors_and_temperature(client):
@@ -89,9 +115,9 @@ def test_scale_view_random_vectors_and_temperature(client):
     body = client.post("/api/scale", json=req).json()
     scale = 1 / (2.0 * 16.0)
     assert body["example"]["scale"] == pytest.approx(scale)
+    grown = [[3.0 * 2], [1.0 * 2], [-2.0 * 2]]  # × √(256 / 64)
     assert body["example"]["weights"] == pytest.approx(
-        qkv.attention_weights([[1.0]], [[3.0], [1.0], [-2.0]], scale=scale)[0].tolist(),
-        abs=1e-15)
+        qkv.attention_weights([[1.0]], grown, scale=scale)[0].tolist(), abs=1e-15)
     rng = np.random.default_rng(7)
     q = rng.standard_normal((64, 256))
     k = rng.standard_normal((10, 256))

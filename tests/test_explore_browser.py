@@ -242,9 +242,11 @@ def example_weights(page, name: str, n: int) -> tuple[list[float], list[str]]:
                                                           for j in range(n)])
 
 
-def two_scores(scale: float) -> np.ndarray:
-    """softmax([8, 0] · scale) as qkv.explain computes it (q = [1] against keys [8] and [0])."""
-    return qkv.explain([[1.0]], [[8.0], [0.0]], [[8.0], [0.0]], scale=scale).weights[0]
+def two_scores(scale: float, d_k: int = 64) -> np.ndarray:
+    """softmax([8, 0] · √(d_k/64) · scale) as qkv.explain computes it: the seed's scores at
+    d_k = 64, grown like √d_k as the scores of random vectors do."""
+    keys = [[8.0 * math.sqrt(d_k / 64)], [0.0]]
+    return qkv.explain([[1.0]], keys, keys, scale=scale).weights[0]
 
 
 def test_scale_slider_moves_softmax_from_argmax_towards_uniform(page):
@@ -256,10 +258,14 @@ def test_scale_slider_moves_softmax_from_argmax_towards_uniform(page):
         idle(page)
         assert page.get_by_test_id("dk-value").text_content().startswith(f"{d_k} ")
         values, texts = example_weights(page, "example-weight", 2)
-        expect = two_scores(1 / (1.0 * math.sqrt(d_k)))
+        expect = two_scores(1 / (1.0 * math.sqrt(d_k)), d_k)
         assert values == expect.tolist()
         assert texts == [_fmt(w) for w in expect]
-        seen[d_k] = values[0]
+        unscaled, _ = example_weights(page, "example-unscaled-weight", 2)
+        assert unscaled == two_scores(1.0, d_k).tolist()
+        grads, _ = example_weights(page, "example-unscaled-grad", 2)
+        assert grads == pytest.approx([w * (1 - w) for w in unscaled], abs=1e-15)
+        seen[d_k] = (values[0], unscaled[0], grads[1])
         rand = shown(page, "random-")
         assert rand["random-sqrt-dk"][0] == pytest.approx(math.sqrt(d_k))
         rng = np.random.default_rng(0)
@@ -271,9 +277,14 @@ def test_scale_slider_moves_softmax_from_argmax_towards_uniform(page):
             scaled.weights[0].tolist()
         if d_k == 64:
             shot(page, "scale.png")
-    # the seeds' numbers: [8, 0] → [0.9997, 0.0003] unscaled, [0.731, 0.269] at √64
-    assert round(seen[1], 4) == 0.9997 and round(seen[64], 3) == 0.731
-    assert seen[1] > seen[8] > seen[64] > seen[1024] > 0.5
+    # the seeds' point: as d_k grows the raw scores grow like √d_k; unscaled, softmax hardens
+    # ([8, 0] → 0.9997 at d_k = 64) and the other key's gradient vanishes; scaled, it stays
+    # at [0.731, 0.269] for every d_k
+    assert {round(seen[d][0], 3) for d in seen} == {0.731}
+    assert round(seen[64][1], 4) == 0.9997
+    assert seen[1][1] < seen[8][1] < seen[64][1] < seen[1024][1]
+    assert seen[1][2] > seen[8][2] > seen[64][2] > seen[1024][2]
+    assert seen[1024][2] < 1e-12
     # temperature: τ = 10 on top of √64 flattens it further
     page.get_by_test_id("tau-slider").fill("100")
     idle(page)
@@ -282,7 +293,7 @@ def test_scale_slider_moves_softmax_from_argmax_towards_uniform(page):
     page.get_by_test_id("dk-slider").fill("60")
     idle(page)
     values, _ = example_weights(page, "example-weight", 2)
-    assert values == two_scores(1 / (10.0 * math.sqrt(64))).tolist()
+    assert values == two_scores(1 / (10.0 * math.sqrt(64)), 64).tolist()
     assert "tau=10" in page.url and "dk=64" in page.url
 
 
@@ -305,7 +316,7 @@ def assert_grid(page, trace: qkv.Trace) -> None:
             value, text = cells[f"mask-cell-{i}-{j}"]
             assert value == trace.weights[i, j], (i, j)
             assert allowed[f"mask-cell-{i}-{j}"] == ("1" if trace.allowed[i, j] else "0")
-            assert text == (_fmt(value, 2) if trace.allowed[i, j] else "·")
+            assert text == (_fmt(value, 2) if trace.allowed[i, j] else "×")
     sums = shown(page, "mask-rowsum-")
     for i in range(8):
         assert sums[f"mask-rowsum-{i}"][0] == pytest.approx(trace.weights[i].sum())
@@ -319,9 +330,15 @@ def test_mask_presets_clicked_cells_and_a_fully_masked_row(page):
     idle(page)
     assert_grid(page, mask_trace(qkv.causal()))
     assert page.get_by_test_id("mask-repr").text_content() == "causal()"
-    # click a cell: row 3 loses key 1 and renormalises over the rest
-    page.get_by_test_id("mask-cell-3-1").click()
+    assert page.get_by_test_id("mask-description").text_content() == \
+        "Each token sees itself and the tokens before it (causal)."
+    # flip a cell with the keyboard: row 3 loses key 1 and renormalises over the rest
+    page.get_by_test_id("mask-cell-3-1").focus()
+    page.keyboard.press("Enter")
     idle(page)
+    assert page.evaluate("document.activeElement.dataset.testid") == "mask-cell-3-1"
+    assert "Clicked to masked: “.” (3) → “cat” (1)." in \
+        page.get_by_test_id("mask-description").text_content()
     allowed = np.tril(np.ones((8, 8), dtype=bool))
     allowed[3, 1] = False
     assert_grid(page, mask_trace(qkv.allow(allowed)))

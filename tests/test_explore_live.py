@@ -163,9 +163,10 @@ def test_200_requests_from_20_concurrent_clients_all_answer_correctly(server_url
                 elif kind == "scale":
                     d_k = int(rng.integers(1, 1024, endpoint=True))
                     r = c.post("/api/scale", json={"d_k": d_k})
+                    raw = [[8.0 * np.sqrt(d_k / 64)], [0.0]]  # scores grow like √d_k
                     ok = r.status_code == 200 and r.json()["example"]["weights"] == (
-                        qkv.explain([[1.0]], [[8.0], [0.0]], [[8.0], [0.0]],
-                                    scale=1 / np.sqrt(d_k)).weights[0].tolist())
+                        qkv.explain([[1.0]], raw, raw, scale=1 / np.sqrt(d_k)).weights[0]
+                        .tolist())
                 else:
                     r = c.post("/api/trace", json={"keys": [[1.0, 2.0, 3.0]]})
                     ok = r.status_code == 422 and "keys[0] has 3 numbers" in r.json()["detail"]
@@ -184,3 +185,61 @@ def test_200_requests_from_20_concurrent_clients_all_answer_correctly(server_url
     assert not any(status >= 500 for status in statuses), statuses
     assert wrong == []
     assert statuses == {200: 160, 422: 40}
+
+
+SENTENCES = ["The cat sat on the mat because it was tired.",
+             "Attention is all you need.",
+             "Queries ask, keys offer, values are passed along.",
+             "A dog ran home."]
+
+
+@pytest.mark.slow
+def test_model_requests_from_20_concurrent_clients_do_not_queue(server_url):
+    """20 clients × 20 model requests (attention maps and neuron views of a few sentences):
+    every answer equals the model's, and the latencies' p50/p99 are printed for the report.
+    The lock covers only loading, so requests do not wait for each other's computations."""
+    from qkv.explore.model_service import ModelUnavailable, load_minilm
+
+    try:
+        model = load_minilm()
+    except ModelUnavailable as exc:
+        pytest.skip(str(exc))
+    expected = {s: model.attentions(s) for s in SENTENCES}
+    with httpx.Client(base_url=server_url, timeout=120) as c:  # warm up: load the model, and
+        # let the engine compile its kernels once (numba), so the figures measure serving
+        assert c.post("/api/model/attentions", json={"sentence": SENTENCES[0]}).status_code \
+            == 200
+        assert c.post("/api/model/neuron", json={"sentence": SENTENCES[0]}).status_code == 200
+    clients, per_client = 20, 20
+
+    def work(worker: int) -> list[tuple[float, bool]]:
+        rng = np.random.default_rng(worker)
+        out = []
+        with httpx.Client(base_url=server_url, timeout=120) as c:
+            for n in range(per_client):
+                sentence = SENTENCES[int(rng.integers(len(SENTENCES)))]
+                tokens, weights = expected[sentence]
+                started = time.monotonic()
+                if n % 2 == 0:
+                    r = c.post("/api/model/attentions", json={"sentence": sentence})
+                    ok = r.status_code == 200 and np.array_equal(
+                        np.array(r.json()["weights"]), np.asarray(weights, np.float64))
+                else:
+                    layer, head = int(rng.integers(6)), int(rng.integers(12))
+                    token = int(rng.integers(len(tokens)))
+                    r = c.post("/api/model/neuron", json={"sentence": sentence, "layer": layer,
+                                                          "head": head, "token": token})
+                    ok = r.status_code == 200 and np.allclose(
+                        r.json()["trace"]["weights"][0], weights[layer, head, token],
+                        atol=1e-5)
+                out.append((time.monotonic() - started, ok))
+        return out
+
+    with ThreadPoolExecutor(max_workers=clients) as pool:
+        results = [r for batch in pool.map(work, range(clients)) for r in batch]
+    latencies = np.array([t for t, _ in results])
+    p50, p99 = np.percentile(latencies, [50, 99])
+    print(f"\nmodel endpoints, {clients} clients × {per_client} requests: "
+          f"p50 {p50:.3f} s, p99 {p99:.3f} s, max {latencies.max():.3f} s")
+    assert all(ok for _, ok in results)
+    assert len(results) == clients * per_client

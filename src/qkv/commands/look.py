@@ -64,7 +64,6 @@ def _fail(message: str) -> int:
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    import qkv
     from qkv.models import MiniLM, ModelFilesError
     from qkv.render import show
     from qkv.render.terminal import neuron_view
@@ -89,8 +88,7 @@ def run(args: argparse.Namespace) -> int:
             i = find_token(tokens, args.token)
         except ValueError as exc:
             return _fail(str(exc))
-        _, q, k, v = model.head_inputs(args.sentence, args.layer)  # (H, n, d_head) each
-        trace = qkv.explain(q[args.head, [i]], k[args.head], v[args.head])
+        _, trace = model.head_trace(args.sentence, args.layer, args.head, i)
         console.print(neuron_view(trace, tokens, tokens[i],
                                   title=f"layer {args.layer} · head {args.head} · query {i} "
                                         f"{tokens[i]!r}"))

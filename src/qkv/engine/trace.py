@@ -2,13 +2,12 @@
 
 A :class:`Trace` is computed by the float64 reference (the formula written literally), so what a
 person reads is the oracle itself. Its arrays keep full precision; only the text and HTML forms
-round numbers (to 4 decimals) for display. Views (the terminal viewer, the web explorer) render
-traces; they never compute attention their own way.
+(laid out by :mod:`qkv.render.trace`) round numbers (to 4 decimals) for display. Views (the
+terminal viewer, the web explorer) render traces; they never compute attention their own way.
 """
 
 from __future__ import annotations
 
-import html
 import math
 from dataclasses import dataclass
 
@@ -21,8 +20,6 @@ __all__ = ["Trace", "explain"]
 
 # explain() materialises every matrix; past this many weights, use attention_weights(rows=...).
 MAX_WEIGHTS = 1_000_000
-# The text and HTML forms show at most this many heads and rows/columns per head.
-SHOW_PLANES, SHOW_ROWS = 4, 16
 
 
 @dataclass(frozen=True)
@@ -72,107 +69,16 @@ class Trace:
                         "v": list(self.v.shape)})
         return d
 
-    # -- for people -------------------------------------------------------------------------
-    def _planes(self):
-        """(label, index) for the first few (batch, head) planes of the score matrices."""
-        lead = self.weights.shape[:-2]
-        planes = list(np.ndindex(*lead)) if lead else [()]
-        return planes[:SHOW_PLANES], len(planes)
-
-    def _steps(self, index):
-        nq, nk = self.weights.shape[-2:]
-        shown = f"{self.scale:.4f}"
-        if math.isclose(self.scale, 1 / math.sqrt(self.q.shape[-1])):
-            shown = f"1/√{self.q.shape[-1]} = {self.scale:.4f}"
-        steps = [
-            ("scores = Q Kᵀ", "each query's dot product with each key", self.scores[index]),
-            (f"scaled = scores × {shown}" + (" + bias" if self.has_bias else ""),
-             "dividing by √d_k keeps softmax out of its hard-argmax regime", self.scaled[index]),
-        ]
-        if self.mask is not None:
-            steps.append((f"allowed ({self.mask})", "1 = may attend, 0 = masked out",
-                          self.allowed[index].astype(int)))
-        steps.append(("weights = softmax(scaled) over the keys",
-                      "each row sums to 1; masked keys get 0", self.weights[index]))
-        steps.append(("output = weights V", "each query's blend of the values",
-                      self.output[index]))
-        return [(f"{n} · {title}", note, m) for n, (title, note, m) in enumerate(steps, 1)], nq, nk
-
+    # -- for people: laid out by qkv.render (imported lazily: the engine never needs it) -----
     def __str__(self) -> str:
-        planes, total = self._planes()
-        nq, nk = self.weights.shape[-2:]
-        lines = [f"Attention trace: {nq} quer{'y' if nq == 1 else 'ies'} × {nk} "
-                 f"key{'' if nk == 1 else 's'}, Dk = {self.q.shape[-1]}, Dv = {self.v.shape[-1]}"]
-        for index in planes:
-            if index:
-                lines.append(f"\n── batch/head {index} ──")
-            steps, *_ = self._steps(index)
-            for title, note, matrix in steps:
-                cols = "d" if "output" in title else "k"
-                lines.append(f"\nStep {title}   ({note})")
-                lines.extend(_text_table(matrix, "q", cols))
-            lse = self.lse[index]
-            lines.append("\nlse = log Σ exp(scaled): "
-                         + ", ".join(_fmt(x) for x in np.atleast_1d(lse)[:SHOW_ROWS]))
-        if total > len(planes):
-            lines.append(f"\n({total - len(planes)} more batch/head planes not shown)")
-        return "\n".join(lines)
+        from ..render.trace import text
+
+        return text(self)
 
     def _repr_html_(self) -> str:
-        """Offline HTML for notebooks: tables with inline styles; no scripts, no network."""
-        planes, total = self._planes()
-        parts = ['<div class="qkv-trace" style="font-family:monospace;font-size:12px">']
-        for index in planes:
-            if index:
-                parts.append(f"<h4>batch/head {html.escape(str(index))}</h4>")
-            steps, *_ = self._steps(index)
-            for title, note, matrix in steps:
-                heat = "weights" in title
-                cols = "d" if "output" in title else "k"
-                parts.append(f"<p><b>Step {html.escape(title)}</b> "
-                             f"<i>{html.escape(note)}</i></p>")
-                parts.append(_html_table(matrix, "q", cols, heat))
-        if total > len(planes):
-            parts.append(f"<p>({total - len(planes)} more batch/head planes not shown)</p>")
-        parts.append("</div>")
-        return "".join(parts)
-
-
-def _fmt(x) -> str:
-    x = float(x)
-    if math.isinf(x):
-        return "-inf" if x < 0 else "inf"
-    return f"{x:.4f}"
-
-
-def _text_table(matrix: np.ndarray, rows: str, cols: str) -> list[str]:
-    m = np.atleast_2d(matrix)[:SHOW_ROWS, :SHOW_ROWS]
-    cells = [[_fmt(x) if m.dtype.kind == "f" else str(x) for x in row] for row in m]
-    width = max([len(c) for row in cells for c in row] + [len(f"{cols}{m.shape[1] - 1}")])
-    header = " " * 5 + " ".join(f"{cols}{j}".rjust(width) for j in range(m.shape[1]))
-    body = [f"{rows}{i}".ljust(5) + " ".join(c.rjust(width) for c in row)
-            for i, row in enumerate(cells)]
-    more = matrix.shape[-1] > SHOW_ROWS or np.atleast_2d(matrix).shape[0] > SHOW_ROWS
-    return [header, *body] + (["  … (truncated for display)"] if more else [])
-
-
-def _html_table(matrix: np.ndarray, rows: str, cols: str, heat: bool) -> str:
-    m = np.atleast_2d(matrix)[:SHOW_ROWS, :SHOW_ROWS]
-    out = ['<table style="border-collapse:collapse;margin:2px 0 8px 0"><tr><th></th>']
-    out += [f'<th style="padding:2px 6px">{cols}{j}</th>' for j in range(m.shape[1])]
-    out.append("</tr>")
-    for i, row in enumerate(m):
-        out.append(f'<tr><th style="padding:2px 6px">{rows}{i}</th>')
-        for x in row:
-            style = "padding:2px 6px;text-align:right;border:1px solid #ddd"
-            if heat:
-                style += f";background:rgba(31,119,180,{float(x):.3f})"
-                style += ";color:#fff" if float(x) > 0.5 else ""
-            text = _fmt(x) if m.dtype.kind == "f" else str(x)
-            out.append(f'<td style="{style}">{text}</td>')
-        out.append("</tr>")
-    out.append("</table>")
-    return "".join(out)
+        """Offline HTML for notebooks (see :func:`qkv.render.trace.html`)."""
+        from ..render.trace import html
+        return html(self)
 
 
 def explain(q, k, v, mask=None, bias=None, scale=None) -> Trace:

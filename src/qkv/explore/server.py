@@ -7,32 +7,16 @@ the tests find a server they started with ``--port 0``.
 
 from __future__ import annotations
 
-import ipaddress
 import socket
 import sys
 import threading
 import webbrowser
 
-from .app import LOOPBACK_HOSTS, create_app
+from .app import create_app
+from .hosts import allowed_hosts_for, is_loopback
+from .limits import timed_h11_protocol
 
 READY = "qkv explore: serving on "
-
-
-def is_loopback(host: str) -> bool:
-    """Is ``host`` a loopback name or address (only this machine can connect)?"""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
-def allowed_hosts_for(host: str) -> list[str]:
-    """Host header values to accept when bound to ``host`` (any, for a wildcard bind)."""
-    if host in ("0.0.0.0", "::", ""):
-        return ["*"]
-    return LOOPBACK_HOSTS if is_loopback(host) else [host, *LOOPBACK_HOSTS]
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -69,8 +53,10 @@ def serve(host: str = "127.0.0.1", port: int = 8765, open_browser: bool = True) 
               "server; use the default --host 127.0.0.1 to keep it to this machine",
               file=sys.stderr)
     app = create_app(allowed_hosts=allowed_hosts_for(host))
-    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
-                            limit_concurrency=200, timeout_keep_alive=5)
+    # h11 with a deadline on request headers; bodies are bounded in time by BodyLimits.
+    config = uvicorn.Config(app, http=timed_h11_protocol(), log_level="warning",
+                            access_log=False, lifespan="off", limit_concurrency=200,
+                            timeout_keep_alive=5)
     server = uvicorn.Server(config)
     print(READY + url, flush=True)
     if open_browser:

@@ -258,10 +258,35 @@ class MiniLM:
         q, k, v = self.layers[index].attn.project(x)  # each (H, n, d_head)
         return batch.tokens[0], q, k, v
 
+    def head_trace(self, sentence: str, layer: int, head: int, token: int):
+        """``(tokens, trace)``: the neuron view of ``token`` in head ``head`` of ``layer``.
+
+        ``trace`` is ``qkv.explain(q[head, [token]], k[head], v[head])`` of
+        :meth:`head_inputs` in float64: token's query, every key and value, the dot products,
+        the scaled scores, the weights and the output row. Runs the layers up to ``layer`` only.
+        Used by ``qkv look --token`` and the explorer's neuron view.
+        """
+        from ..engine.trace import explain
+
+        c = self.config
+        for name, value, size in (("layer", layer, c.n_layers), ("head", head, c.n_heads)):
+            _check_index(name, value, size)
+        tokens, q, k, v = self.head_inputs(sentence, layer)  # each (H, n, d_head)
+        _check_index("token", token, len(tokens), f" (the sentence has {len(tokens)} tokens)")
+        q, k, v = (np.asarray(x, dtype=np.float64) for x in (q, k, v))
+        return tokens, explain(q[head, [token]], k[head], v[head])
+
     def __repr__(self) -> str:
         c = self.config
         return (f"MiniLM(layers={c.n_layers}, heads={c.n_heads}, d_model={c.d_model}, "
                 f"d_head={c.d_head}, folder={str(self.folder)!r})")
+
+
+def _check_index(name: str, value, size: int, where: str = "") -> None:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer):
+        raise TypeError(f"{name} must be an int in [0, {size}), got {value!r}")
+    if not 0 <= value < size:
+        raise ValueError(f"{name} must lie in [0, {size}){where}, got {value}")
 
 
 def _wheel_folder_or_none():

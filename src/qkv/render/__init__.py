@@ -38,7 +38,8 @@ class Figure:
     def svg(self, layer: int = 0, head: int = 0) -> str:
         """A labelled SVG heat map of one head."""
         return _svg.head_svg(self.heads.head(layer, head), self.heads.queries, self.heads.keys,
-                             title=f"{self.heads.title} — {self.heads.label(layer, head)}")
+                             title=f"{self.heads.title} — {self.heads.label(layer, head)}",
+                             allowed=self.heads.head_allowed(layer, head))
 
     def terminal(self, layer: int = 0, head: int | None = 0):
         """A rich renderable: one head's heat map, or (``head=None``) all heads of ``layer``."""

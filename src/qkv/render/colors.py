@@ -14,6 +14,12 @@ WHITE = (255, 255, 255)
 BLUE = (8, 48, 107)  # ColorBrewer Blues, darkest
 ORANGE = (166, 54, 3)  # ColorBrewer Oranges, darkest
 POSITIVE = (33, 102, 172)  # a blue a little lighter than BLUE, so signs read at a glance
+MASKED = (217, 217, 217)  # a masked pair: grey, never on the white…blue weight scale
+MASKED_MARK = "×"  # printed in masked cells, so "masked" never reads as "weight 0"
+# Text on a weight cell: black up to this weight, white above. 0.655 is where the two meet, so
+# every cell's text has a WCAG contrast of at least 4.5:1 (AA) against its background.
+INK_THRESHOLD = 0.655
+INK_LIGHT, INK_DARK = "#ffffff", "#000000"
 
 
 def _mix(a: tuple[int, int, int], b: tuple[int, int, int], t: float) -> tuple[int, int, int]:
@@ -37,7 +43,7 @@ def weight_color(w: float) -> str:
 
 def ink_for(w: float) -> str:
     """Text colour readable on :func:`weight_color` ``(w)``: white on dark cells."""
-    return "#ffffff" if w > 0.5 else "#08306b"
+    return INK_LIGHT if w > INK_THRESHOLD else INK_DARK
 
 
 def signed_rgb(x: float, limit: float) -> tuple[int, int, int]:
@@ -53,3 +59,14 @@ def signed_color(x: float, limit: float) -> str:
 def limit_of(*arrays: np.ndarray) -> float:
     """The largest |value| across arrays: the saturation point of a shared signed scale."""
     return max((float(np.abs(a).max()) for a in arrays if np.size(a)), default=0.0)
+
+
+def scale_spec() -> dict:
+    """The weight scale as data, for pages that draw it themselves (``qkv explore`` serves
+    this at ``/api/colors``): linear from ``low`` at 0 to ``high`` at 1, text turns ``ink_dark``
+    → ``ink_light`` above ``ink_threshold``, masked pairs are ``masked`` with ``masked_mark``."""
+    return {"low": hex_color(WHITE), "high": hex_color(BLUE), "low_rgb": list(WHITE),
+            "high_rgb": list(BLUE), "interpolation": "linear", "domain": [0.0, 1.0],
+            "ink_threshold": INK_THRESHOLD, "ink_light": INK_LIGHT, "ink_dark": INK_DARK,
+            "masked": hex_color(MASKED), "masked_mark": MASKED_MARK,
+            "negative": hex_color(ORANGE), "positive": hex_color(POSITIVE)}

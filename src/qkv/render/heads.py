@@ -23,6 +23,8 @@ class Heads:
     - ``queries``  Nq labels, ``keys`` Nk labels
     - ``title``    a heading; ``rows_name`` names axis 0 ("layer" or "batch")
     - ``trace``    the :class:`qkv.Trace` it came from, if any (the neuron view reads it)
+    - ``allowed``  ``(L, H, Nq, Nk)`` bool, False where a mask removed the pair (from a Trace);
+      views draw those cells as "masked", never as a zero weight
     """
 
     weights: np.ndarray
@@ -31,6 +33,13 @@ class Heads:
     title: str = "attention weights"
     rows_name: str = "layer"
     trace: Trace | None = None
+    allowed: np.ndarray | None = None
+
+    def head_allowed(self, layer: int, head: int) -> np.ndarray | None:
+        """One head's ``(Nq, Nk)`` allowed pairs, or None when nothing is masked."""
+        if self.allowed is None:
+            return None
+        return self.allowed[layer, head]
 
     @property
     def n_layers(self) -> int:
@@ -107,5 +116,8 @@ def as_heads(weights, tokens=None, *, title: str | None = None) -> Heads:
             raise ValueError(f"tokens labels the {nk} keys but there are {nq} queries; pass "
                              "tokens=(query_labels, key_labels)")
         queries = keys if tokens is not None else _labels(None, nq, "q", "tokens")
+    allowed = None
+    if trace is not None and not np.asarray(trace.allowed).all():
+        allowed = np.asarray(trace.allowed, dtype=bool).reshape(arr.shape)
     return Heads(np.clip(arr, 0.0, 1.0), queries, keys, title or "attention weights",
-                 rows_name, trace)
+                 rows_name, trace, allowed)

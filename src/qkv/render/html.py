@@ -30,7 +30,9 @@ CSS = """
 .{u} label {{display:block;cursor:pointer;border:2px solid transparent;line-height:0}}
 .{u} label:hover {{border-color:#9ecae1}}
 .{u} img.thumb {{image-rendering:pixelated;border:1px solid #ddd}}
-.{u} .view {{display:none;overflow-x:auto}}
+.{u} .view {{display:none;overflow-x:auto;max-width:100%}}
+.{u} .gridwrap {{overflow-x:auto;max-width:100%}}
+.{u} svg {{max-width:none}}
 .{u} .view h4 {{margin:4px 0;font-size:14px}}
 .{u} .qkv-head .row:hover rect {{stroke:#e6550d;stroke-width:1}}
 .{u} .note {{color:#666;font-size:11px;margin:4px 0}}
@@ -60,21 +62,23 @@ def fragment(heads: Heads, *, thumb: int = 64) -> str:
             f'<section class="view v-{layer}-{head}" data-layer="{layer}" data-head="{head}">'
             f"<h4>{escape(label)}</h4>"
             + head_svg(heads.weights[layer, head], heads.queries, heads.keys, standalone=False,
-                       tooltips=not vector_numbers, raster=not vector)
+                       tooltips=not vector_numbers, raster=not vector,
+                       allowed=heads.head_allowed(layer, head))
             + "</section>")
-    grid = ['<table class="grid"><tr><th></th>']
+    grid = ['<div class="gridwrap"><table class="grid"><tr><th></th>']
     grid += [f"<th>head {h}</th>" for h in range(heads.n_heads)]
     grid.append("</tr>")
     for layer in range(heads.n_layers):
         grid.append(f"<tr><th>{escape(heads.rows_name)} {layer}</th>")
         for head in range(heads.n_heads):
             key = f"{uid}-{layer}-{head}"
+            png = weights_png(heads.weights[layer, head], heads.head_allowed(layer, head))
             grid.append(f'<td><label for="{key}" title="{escape(heads.label(layer, head))}">'
                         f'<img class="thumb" width="{thumb}" height="{thumb}" alt="" '
-                        f'src="{data_uri(weights_png(heads.weights[layer, head]))}">'
+                        f'src="{data_uri(png)}">'
                         "</label></td>")
         grid.append("</tr>")
-    grid.append("</table>")
+    grid.append("</table></div>")
     note = (f"{heads.n_layers} × {heads.n_heads} heads, {nq} queries × {nk} keys. Click a "
             "thumbnail for its heat map: row i is query i's softmax over the keys (each row sums "
             "to 1). " + ("Each cell prints its weight." if vector else
@@ -90,4 +94,5 @@ def fragment(heads: Heads, *, thumb: int = 64) -> str:
 def page(heads: Heads) -> str:
     """A complete HTML document (UTF-8) around :func:`fragment`."""
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
             f"<title>{escape(heads.title)}</title></head><body>{fragment(heads)}</body></html>\n")

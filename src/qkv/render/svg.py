@@ -12,7 +12,7 @@ from html import escape
 
 import numpy as np
 
-from .colors import ink_for, weight_color
+from .colors import MASKED, MASKED_MARK, hex_color, ink_for, weight_color
 
 FONT = "font-family:ui-monospace,Menlo,Consolas,monospace"
 NUMBERS_UP_TO = 24  # print the weights in the cells when a head has at most this many keys
@@ -30,7 +30,8 @@ def _text_width(labels: list[str], px: float) -> float:
 
 def head_svg(weights: np.ndarray, queries: list[str], keys: list[str], *, title: str = "",
              cell: int = 26, numbers: bool | None = None, tooltips: bool = True,
-             raster: bool = False, standalone: bool = True) -> str:
+             raster: bool = False, standalone: bool = True,
+             allowed: np.ndarray | None = None) -> str:
     """A heat map of one head ``(Nq, Nk)``: query tokens down the left, key tokens along the top.
 
     Row i is query i's softmax over the keys, so each row sums to 1.
@@ -41,6 +42,8 @@ def head_svg(weights: np.ndarray, queries: list[str], keys: list[str], *, title:
       ``<rect>`` each — for long sentences in HTML, where Nq × Nk elements per head would be
       megabytes. Vector output (the default) is for papers.
     - ``standalone``: add the XML namespace, for a file of its own.
+    - ``allowed``: ``(Nq, Nk)`` bool; a masked pair (False) is drawn grey with "×" and titled
+      "masked", so it never looks like a weight of 0.
     """
     w = np.asarray(weights, dtype=np.float64)
     nq, nk = w.shape
@@ -67,9 +70,10 @@ def head_svg(weights: np.ndarray, queries: list[str], keys: list[str], *, title:
     if raster:
         from .png import data_uri, weights_png
 
+        href = data_uri(weights_png(w, allowed))
         out.append(f'<image class="cells" x="{left}" y="{top}" width="{nk * cell}" '
                    f'height="{nq * cell}" preserveAspectRatio="none" '
-                   f'style="image-rendering:pixelated" href="{data_uri(weights_png(w))}"/>')
+                   f'style="image-rendering:pixelated" href="{href}"/>')
     for i, query in enumerate(queries):
         y = top + i * cell
         out.append(f'<g class="row" data-i="{i}">')
@@ -78,11 +82,17 @@ def head_svg(weights: np.ndarray, queries: list[str], keys: list[str], *, title:
         for j in range(0 if raster else nk):
             v = float(w[i, j])
             x = left + j * cell
-            tip = (f"<title>{escape(query)} → {escape(keys[j])}: {v:.4f}</title></rect>"
+            masked = allowed is not None and not allowed[i, j]
+            said = "masked" if masked else f"{v:.4f}"
+            tip = (f"<title>{escape(query)} → {escape(keys[j])}: {said}</title></rect>"
                    if tooltips else "</rect>")
-            out.append(f'<rect class="c" x="{x}" y="{y}" width="{cell}" height="{cell}" '
-                       f'fill="{weight_color(v)}" data-w="{v:.6f}">{tip}')
-            if numbers:
+            fill = hex_color(MASKED) if masked else weight_color(v)
+            out.append(f'<rect class="c{" masked" if masked else ""}" x="{x}" y="{y}" '
+                       f'width="{cell}" height="{cell}" fill="{fill}" data-w="{v:.6f}">{tip}')
+            if masked:
+                out.append(f'<text class="w" x="{x + cell / 2:.1f}" '
+                           f'y="{y + cell / 2 + font / 3:.1f}" fill="#444">{MASKED_MARK}</text>')
+            elif numbers:
                 out.append(f'<text class="w" x="{x + cell / 2:.1f}" '
                            f'y="{y + cell / 2 + font / 3:.1f}" fill="{ink_for(v)}">'
                            f"{shown(v)}</text>")

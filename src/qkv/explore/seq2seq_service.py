@@ -1,0 +1,73 @@
+"""The encoder–decoder view: the shipped seq2seq checkpoints of :mod:`qkv.tasks.seq2seq`
+(reversing a sequence of symbols), the attention model against the fixed-context-vector model.
+
+Imported lazily: an install without ``qkv.tasks.seq2seq`` (or its checkpoints) answers every
+request 503 with a message saying so, and the rest of the explorer keeps working.
+"""
+
+from __future__ import annotations
+
+import string
+import threading
+
+import numpy as np
+
+from .errors import InputError
+
+_lock = threading.Lock()
+_models: dict[str, object] = {}
+LETTERS = string.ascii_lowercase
+
+
+class Seq2SeqUnavailable(Exception):
+    """The seq2seq module or its checkpoints are missing (HTTP 503)."""
+
+
+def load(kind: str):
+    """``qkv.tasks.seq2seq.load_pretrained(kind)``, loaded once; Seq2SeqUnavailable if absent."""
+    with _lock:
+        if kind not in _models:
+            try:
+                from qkv.tasks import seq2seq
+            except ImportError as exc:
+                raise Seq2SeqUnavailable(
+                    "the encoder–decoder view needs qkv.tasks.seq2seq and its shipped "
+                    f"checkpoints, which this install of qkv does not have ({exc})") from exc
+            try:
+                _models[kind] = seq2seq.load_pretrained(kind)
+            except (AttributeError, OSError, ValueError) as exc:
+                raise Seq2SeqUnavailable(
+                    f"the encoder–decoder view cannot load the {kind} seq2seq checkpoint: "
+                    f"{exc}") from exc
+        return _models[kind]
+
+
+def symbols_of(text: str, n_symbols: int) -> np.ndarray:
+    """"abc" → [0, 1, 2]; InputError for anything outside the model's alphabet."""
+    alphabet = LETTERS[:n_symbols]
+    bad = sorted({c for c in text if c not in alphabet})
+    if bad:
+        raise InputError(f"input: {''.join(bad)!r} is not a symbol of this model; write letters "
+                         f"{alphabet[0]}…{alphabet[-1]} ({n_symbols} symbols), e.g. "
+                         f"{alphabet[:8]!r}")
+    return np.array([alphabet.index(c) for c in text], dtype=np.int64)
+
+
+def decode(text: str) -> dict:
+    """Both models' greedy decoding of ``text`` and their weights over the input positions."""
+    models = {kind: load(kind) for kind in ("attention", "fixed")}
+    n_symbols = models["attention"].config.n_symbols
+    tokens = symbols_of(text.strip().lower(), n_symbols)
+    if tokens.size == 0:
+        raise InputError("input: write at least one symbol")
+    max_len = models["attention"].config.max_len
+    out = {"input": LETTERS[:0].join(LETTERS[t] for t in tokens),
+           "expected": "".join(LETTERS[t] for t in tokens[::-1]),
+           "trained_lengths": [models["attention"].config.min_len, max_len]}
+    for kind, model in models.items():
+        symbols, weights = model.translate(tokens)  # (n,), (n, n)
+        decoded = "".join(LETTERS[int(t)] for t in symbols)
+        correct = int(sum(a == b for a, b in zip(decoded, out["expected"], strict=True)))
+        out[kind] = {"output": decoded, "weights": np.asarray(weights, np.float64).tolist(),
+                     "correct": correct, "length": int(tokens.size)}
+    return out
