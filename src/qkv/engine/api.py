@@ -115,7 +115,7 @@ def attention_weights(q, k, mask=None, bias=None, scale=None, *, rows=None, chec
 
 
 def attention_backward(q, k, v, out, lse, dout, mask=None, bias=None, scale=None, *,
-                       check_finite=True):
+                       dlse=None, deterministic=False, check_finite=True):
     """Gradients ``(dq, dk, dv)`` of a scalar loss, given ``dout`` = ∂loss/∂out.
 
     ``out`` and ``lse`` are what ``attention(q, k, v, ..., return_lse=True)`` returned for the
@@ -123,6 +123,10 @@ def attention_backward(q, k, v, out, lse, dout, mask=None, bias=None, scale=None
     memory stays O(tile² + (Nq + Nk)·D) per worker. dk and dv are summed over the query heads
     that share a kv head (GQA) and over any batch dims k and v were broadcast along. Rows with
     no allowed key (lse = −inf) get zero gradient. Results have the shapes and dtype of q, k, v.
+
+    ``dlse`` (shaped like ``lse``) is ∂loss/∂lse, for losses that use the log-sum-exp too (it
+    adds ``P ∘ dlse`` to dS). ``deterministic=True`` makes the gradients bitwise identical on
+    every run and thread count (dq in its own pass, key tiles in a fixed order; ~60% more time).
     """
     p = prepare(q, k, v, mask, bias, scale, check_finite=check_finite)
     shown_out = p.present(np.empty(p.out_shape(p.dv), dtype=bool)).shape
@@ -138,9 +142,15 @@ def attention_backward(q, k, v, out, lse, dout, mask=None, bias=None, scale=None
         for name, arr in (("out", out), ("dout", dout)):
             if not np.isfinite(arr).all():
                 raise ValueError(f"{name} contains NaN or inf")
+    if dlse is not None:
+        dlse = check_like(dlse, "dlse", shown_out[:-1], "lse")
+        if not np.isfinite(dlse).all():
+            raise ValueError("dlse contains NaN or inf")
     shape_out = p.out_shape(p.dv)
     dq, dk, dv = kernel.backward(p, out.reshape(shape_out), lse.reshape(shape_out[:-1]),
-                                 dout.reshape(shape_out))
+                                 dout.reshape(shape_out),
+                                 None if dlse is None else dlse.reshape(shape_out[:-1]),
+                                 deterministic=bool(deterministic))
     grads = []
     for grad, given, heads in ((dq, q, p.hq), (dk, k, p.hkv), (dv, v, p.hkv)):
         full = grad.reshape(*p.batch_shape, heads, *grad.shape[-2:])

@@ -101,9 +101,10 @@ def attention_weights(q, k, mask=None, bias=None, scale=None, *, rows=None, chec
     return p.present(intermediates(p, max_bytes)["weights"])
 
 
-def attention_backward(q, k, v, dout, mask=None, bias=None, scale=None, *, check_finite=True,
-                       max_bytes=None):
-    """Gradients (dq, dk, dv) of ``sum(attention(q, k, v) * dout)``, in float64.
+def attention_backward(q, k, v, dout, mask=None, bias=None, scale=None, *, dlse=None,
+                       check_finite=True, max_bytes=None):
+    """Gradients (dq, dk, dv) of ``sum(attention(q, k, v) * dout)`` (+ ``sum(lse * dlse)``), in
+    float64.
 
     With P the weights and S the scaled scores (the FlashAttention paper's notation):
         dV = Pᵀ dO,   dP = dO Vᵀ,   dS = P ∘ (dP − rowsum(dP ∘ P)),
@@ -122,6 +123,11 @@ def attention_backward(q, k, v, dout, mask=None, bias=None, scale=None, *, check
     dv = np.swapaxes(weights, -1, -2) @ dout  # (..., Hq, Nk, Dv)
     dweights = dout @ np.swapaxes(v64, -1, -2)  # (..., Hq, Nq, Nk)
     dscaled = weights * (dweights - (dweights * weights).sum(axis=-1, keepdims=True))
+    if dlse is not None:  # ∂lse_i/∂scaled_ij = weights_ij
+        dlse = check_like(dlse, "dlse", p.present(np.empty(out_shape[:-1], dtype=bool)).shape,
+                          "lse")
+        dscaled = dscaled + weights * np.asarray(dlse, np.float64).reshape(out_shape[:-1])[
+            ..., None]
     dq = dscaled @ k64 * p.scale
     dk = np.swapaxes(dscaled, -1, -2) @ q64 * p.scale
     shapes = [np.shape(q), np.shape(k), np.shape(v)]
