@@ -60,3 +60,56 @@ def test_deterministic_backward_is_bitwise_across_runs_and_threads(backend):
     ref = qkv.reference.attention_backward(q, k, v, dout, mask=mask)
     for got, want, atol in zip(results[0], ref, grad_atols(q, k, v, dout), strict=True):
         np.testing.assert_allclose(got, want, atol=atol, rtol=0)
+
+
+def _torch_softcapped(q, k, v, dout, mask, cap):
+    tq, tk, tv = (torch.tensor(x, requires_grad=True) for x in (q, k, v))
+    scores = tq @ tk.transpose(-1, -2) / np.sqrt(q.shape[-1])
+    scores = (cap * torch.tanh(scores / cap)).masked_fill(
+        ~torch.tensor(mask.to_dense(q.shape[-2], k.shape[-2])), -torch.inf)
+    out = torch.softmax(scores, -1) @ tv
+    (out * torch.tensor(dout)).sum().backward()
+    return out.detach().numpy(), [t.grad.numpy() for t in (tq, tk, tv)]
+
+
+@pytest.mark.parametrize("small", [0, 1 << 30])
+def test_softcap_forward_backward_and_weights_match_torch(small):
+    # Gemma 2 / flash-attn's softcap: c·tanh(s/c), with its gradient through the tanh.
+    q, k, v = (RNG.standard_normal((2, 3, 300, 16)) * 3 for _ in range(3))
+    dout = RNG.standard_normal((2, 3, 300, 16))
+    mask, cap = qkv.causal(), 5.0
+    want_out, want_grads = _torch_softcapped(q, k, v, dout, mask, cap)
+    with kernel_config(small=small, tile_q=64, tile_k=64):
+        out, lse = qkv.attention(q, k, v, mask=mask, return_lse=True, softcap=cap)
+        grads = qkv.attention_backward(q, k, v, out, lse, dout, mask=mask, softcap=cap)
+        weights = qkv.attention_weights(q, k, mask=mask, softcap=cap)
+    np.testing.assert_allclose(out, want_out, atol=1e-12, rtol=0)
+    for got, want in zip(grads, want_grads, strict=True):
+        np.testing.assert_allclose(got, want, atol=1e-12, rtol=0)
+    np.testing.assert_allclose(weights, qkv.reference.attention_weights(
+        q, k, mask=mask, softcap=cap), atol=1e-14, rtol=0)
+    assert np.abs(qkv.reference.attention(q, k, v, softcap=cap) - qkv.reference(q, k, v)).max() \
+        > 1e-2  # the cap changes the answer: the test above is not vacuous
+
+
+@pytest.mark.parametrize("backend", BACKEND_PARAMS)
+def test_softcap_float32_on_each_step(backend):
+    q, k, v, dout = (RNG.standard_normal((1, 2, 500, 32)).astype(np.float32) * 2 for _ in range(4))
+    mask, cap = qkv.window(100), 10.0
+    with kernel_config(backend=backend, small=0, tile_q=64, tile_k=128):
+        out, lse = qkv.attention(q, k, v, mask=mask, return_lse=True, softcap=cap)
+        grads = qkv.attention_backward(q, k, v, out, lse, dout, mask=mask, softcap=cap)
+    # the capped scores are bounded by the cap: the dtype's error bound uses it
+    atol = 8 * 2**-24 * (1 + cap + 32 * 4 * np.abs(q).max() * np.abs(k).max() / np.sqrt(32))
+    np.testing.assert_allclose(out, qkv.reference.attention(q, k, v, mask=mask, softcap=cap),
+                               atol=atol * np.abs(v).max(), rtol=0)
+    ref = qkv.reference.attention_backward(q, k, v, dout, mask=mask, softcap=cap)
+    for got, want, bound in zip(grads, ref, grad_atols(q, k, v, dout), strict=True):
+        np.testing.assert_allclose(got, want, atol=bound, rtol=0)
+
+
+@pytest.mark.parametrize("bad", [0, -1.0, float("inf"), "5", True])
+def test_softcap_is_checked(bad):
+    q = RNG.standard_normal((3, 4))
+    with pytest.raises((TypeError, ValueError), match="softcap must be a positive"):
+        qkv.attention(q, q, q, softcap=bad)

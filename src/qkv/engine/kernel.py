@@ -121,12 +121,27 @@ def _step_for(p: Problem, cfg: KernelConfig):
     return backend, steps.get(backend)
 
 
-def _tile_scores(p: Problem, q_scaled, k, b, h, qi, kj) -> np.ndarray:
-    """Sᵀ = k (q · scale)ᵀ (+ bias): one tile's scores in natural units, transposed ``(tk, tq)``."""
+def _softcap(p: Problem, s: np.ndarray) -> np.ndarray | None:
+    """s ← c · tanh(s / c) in place (with a softcap); returns tanh(s / c), which the backward's
+    chain rule needs (d/dx c·tanh(x/c) = 1 − tanh²), or None without a softcap."""
+    if p.softcap is None:
+        return None
+    c = s.dtype.type(p.softcap)
+    s /= c
+    np.tanh(s, out=s)
+    t = s.copy()
+    s *= c
+    return t
+
+
+def _tile_scores(p: Problem, q_scaled, k, b, h, qi, kj, *, keep_tanh=False):
+    """Sᵀ = k (q · scale)ᵀ (softcapped, + bias): one tile's scores in natural units, transposed
+    ``(tk, tq)`` — and with ``keep_tanh``, ``(Sᵀ, tanh)`` for the softcap's derivative."""
     s = k @ q_scaled.T
+    t = _softcap(p, s)
     if p.bias is not None:
         s += np.asarray(p.bias.tile(qi, kj, b, h)).T
-    return s
+    return (s, t) if keep_tanh else s
 
 
 def _allowed_t(kind: int, block) -> np.ndarray | None:
@@ -252,7 +267,7 @@ def _small_chunks(p: Problem) -> list[slice]:
     return [slice(i, min(i + size, p.batch_size)) for i in range(0, p.batch_size, size)]
 
 
-def _small_scores(p: Problem, rows: slice):
+def _small_scores(p: Problem, rows: slice, *, keep_tanh=False):
     """All heads at once, transposed: scores ``(b, Hkv, G, Nk, Nq)`` and the allowed pairs in
     the same layout (or None), for the batch elements ``rows``."""
     c = p.compute
@@ -262,6 +277,7 @@ def _small_scores(p: Problem, rows: slice):
     s = k.astype(c, copy=False) @ np.swapaxes(q.astype(c) * c.type(p.scale), -1, -2)
     # Broadcasting matmuls may return a strided result; the step works on a view of it.
     s = np.ascontiguousarray(s)  # (b, Hkv, G, Nk, Nq)
+    t = _softcap(p, s)
     shape = (p.batch_size, p.hq, p.nq, p.nk)
     if p.bias is not None:
         bias = p.bias.dense(p.q_pos, p.k_pos).reshape(shape)[rows]
@@ -271,7 +287,7 @@ def _small_scores(p: Problem, rows: slice):
         dense = p.mask.dense(p.q_pos, p.k_pos)  # (*batch or 1s, Hq or 1, Nq, Nk)
         dense = np.broadcast_to(dense.reshape(-1, *dense.shape[-3:]), shape)[rows]
         allowed = np.ascontiguousarray(np.swapaxes(dense, -1, -2)).reshape(s.shape)
-    return s, allowed
+    return (s, allowed, t) if keep_tanh else (s, allowed)
 
 
 def _planes(x: np.ndarray | None, last: int) -> np.ndarray | None:
@@ -416,6 +432,14 @@ def backward(p: Problem, out: np.ndarray, lse: np.ndarray, dout: np.ndarray,
     return result
 
 
+def _softcap_grad(ds: np.ndarray, t: np.ndarray | None) -> None:
+    """dS with respect to the capped scores → with respect to the raw ones: × (1 − tanh²)."""
+    if t is not None:
+        t *= t
+        np.subtract(1, t, out=t)
+        ds *= t
+
+
 def _backward_tiled(p, cfg, step, delta, lse_f, dout_f, dk, dv, deterministic=False):
     c = p.compute
     scale = c.type(p.scale)
@@ -451,12 +475,14 @@ def _backward_tiled(p, cfg, step, delta, lse_f, dout_f, dk, dv, deterministic=Fa
                         do_tile = dout_f[b, h, q0:q1].astype(c)  # (tq, Dv)
                     rows = slice(r0, r1)
                     qi, kj = p.q_pos[q0 + r0: q0 + r1], p.k_pos[t0:t1]
-                    s = _tile_scores(p, q_scaled[rows], k_bh[t0:t1], b, h, qi, kj)  # (tk, tr)
+                    s, t = _tile_scores(p, q_scaled[rows], k_bh[t0:t1], b, h, qi, kj,
+                                        keep_tanh=True)  # (tk, tr)
                     step.probabilities(s[None], _allowed_t(kind, block),
                                        lse_f[None, b, h, q0 + r0: q0 + r1])  # Pᵀ, recomputed
                     dv_acc[t0:t1] += s @ do_tile[rows]  # (tk, Dv)
                     dp = v_bh[t0:t1] @ do_tile[rows].T  # dPᵀ (tk, tr)
                     step.softmax_grad(dp[None], s[None], delta[None, b, h, q0 + r0: q0 + r1])
+                    _softcap_grad(dp, t)
                     dk_acc[t0:t1] += (dp @ q_tile[rows]) * scale  # dSᵀ Q: (tk, Dk)
                     if not deterministic:
                         dq[b, h, q0 + r0: q0 + r1] += _dot(  # dS K: (tr, Dk)
@@ -481,11 +507,13 @@ def _backward_tiled(p, cfg, step, delta, lse_f, dout_f, dk, dv, deterministic=Fa
             do_tile = dout_f[b, h, q0:q1].astype(c)
             for r0, r1, t0, t1, kind, block in planner.plan(b, h, q0, q1):  # key tiles in order
                 qi, kj = p.q_pos[q0 + r0: q0 + r1], p.k_pos[t0:t1]
-                s = _tile_scores(p, q_scaled[r0:r1], k_bh[t0:t1], b, h, qi, kj)
+                s, t = _tile_scores(p, q_scaled[r0:r1], k_bh[t0:t1], b, h, qi, kj,
+                                    keep_tanh=True)
                 step.probabilities(s[None], _allowed_t(kind, block),
                                    lse_f[None, b, h, q0 + r0: q0 + r1])
                 dp = v_bh[t0:t1] @ do_tile[r0:r1].T
                 step.softmax_grad(dp[None], s[None], delta[None, b, h, q0 + r0: q0 + r1])
+                _softcap_grad(dp, t)
                 dq[b, h, q0 + r0: q0 + r1] += _dot(
                     dp.T, k_bh[t0:t1], None if bad_k is None else bad_k[t0:t1]) * scale
 
@@ -513,7 +541,7 @@ def _backward_small(p, cfg, step, delta, lse_f, dout_f):
             _backward_rows(rows)
 
     def _backward_rows(rows: slice) -> None:
-        s, allowed = _small_scores(p, rows)  # Sᵀ (b, Hkv, G, Nk, Nq)
+        s, allowed, t = _small_scores(p, rows, keep_tanh=True)  # Sᵀ (b, Hkv, G, Nk, Nq)
         step.probabilities(_planes(s, p.nq), _planes(allowed, p.nq),
                            lse_flat[rows].reshape(-1, p.nq))  # Pᵀ, recomputed
         do = do_g[rows].astype(c, copy=False)  # (b, Hkv, G, Nq, Dv)
@@ -521,6 +549,7 @@ def _backward_small(p, cfg, step, delta, lse_f, dout_f):
         dp = np.ascontiguousarray(v_g[rows].astype(c, copy=False) @ np.swapaxes(do, -1, -2))
         # dPᵀ (b, Hkv, G, Nk, Nq), contiguous so that the step's view of it is not a copy
         step.softmax_grad(_planes(dp, p.nq), _planes(s, p.nq), delta_flat[rows].reshape(-1, p.nq))
+        _softcap_grad(dp, t)
         ds = np.swapaxes(dp, -1, -2)  # dS (b, Hkv, G, Nq, Nk)
         k_rows = k_g[rows].astype(c, copy=False)  # (b, Hkv, 1, Nk, Dk)
         if p.checked_finite or np.isfinite(k_rows).all():
