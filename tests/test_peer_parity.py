@@ -113,3 +113,72 @@ def test_softcap_is_checked(bad):
     q = RNG.standard_normal((3, 4))
     with pytest.raises((TypeError, ValueError), match="softcap must be a positive"):
         qkv.attention(q, q, q, softcap=bad)
+
+
+def literal_aligned(nq, nk, klen, qlen, before=None, after=0, prefix=None):
+    """Per-sequence bottom-right alignment written as loops: query i at i + klen − qlen."""
+    out = np.zeros((nq, nk), dtype=bool)
+    for i in range(nq):
+        pos = i + klen - qlen
+        for j in range(nk):
+            ok = j <= pos + after if after is not None else True
+            ok = ok and (before is None or j >= pos - before)
+            out[i, j] = ok or (prefix is not None and j < prefix)
+    return out
+
+
+def test_per_sequence_alignment_is_the_literal_rule():
+    klen, qlen = np.array([7, 3, 5]), np.array([2, 3, 1])
+    masks = {
+        "causal": (qkv.causal(key_lengths=klen, query_lengths=qlen), {}),
+        "window": (qkv.window(2, 1, key_lengths=klen, query_lengths=qlen),
+                   {"before": 2, "after": 1}),
+        "prefix": (qkv.prefix(np.array([1, 0, 2]), key_lengths=klen, query_lengths=qlen),
+                   {"prefix": [1, 0, 2]}),
+    }
+    for name, (mask, kw) in masks.items():
+        dense = mask.to_dense(4, 8)
+        assert dense.shape == (3, 1, 4, 8), name
+        for b in range(3):
+            args = dict(kw)
+            if "prefix" in args:
+                args["prefix"] = args["prefix"][b]
+            np.testing.assert_array_equal(dense[b, 0], literal_aligned(
+                4, 8, klen[b], qlen[b], **args), err_msg=f"{name}, sequence {b}")
+
+
+@pytest.mark.parametrize("backend", BACKEND_PARAMS)
+def test_ragged_kv_cache_decoding_needs_no_hand_built_mask(backend):
+    # flash-attn's cache_seqlens: one new query per sequence against caches holding 9, 4 and 1
+    # valid keys of 9 slots (the rest stale garbage); each sees exactly its own valid keys.
+    seqlens = np.array([9, 4, 1])
+    q = RNG.standard_normal((3, 2, 1, 16)).astype(np.float32)
+    k, v = (RNG.standard_normal((3, 2, 9, 16)).astype(np.float32) for _ in range(2))
+    k[1, :, 4:], v[1, :, 4:] = 1e30, np.nan  # stale slots past the lengths
+    mask = qkv.causal(key_lengths=seqlens) & qkv.padding(seqlens)
+    with kernel_config(backend=backend):
+        out = qkv.attention(q, k, v, mask=mask, check_finite=False)
+    for b, n in enumerate(seqlens):
+        want = qkv.reference(q[b], k[b, :, :n], v[b, :, :n])
+        np.testing.assert_allclose(out[b], want, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("backend", BACKEND_PARAMS)
+def test_per_sequence_masks_and_alibi_on_the_tiled_kernel(backend):
+    klen, qlen = np.array([300, 180]), np.array([300, 120])
+    q, k, v = (RNG.standard_normal((2, 4, 300, 16)).astype(np.float32) for _ in range(3))
+    slopes = RNG.uniform(0.01, 0.2, (2, 4))  # per sequence and head
+    mask = qkv.window(64, key_lengths=klen, query_lengths=qlen) & qkv.padding(klen, qlen)
+    bias = qkv.alibi(slopes, key_lengths=klen, query_lengths=qlen)
+    stats = qkv.engine.TileStats()
+    with kernel_config(backend=backend, small=0, tile_q=32, tile_k=32, stats=stats):
+        out = qkv.attention(q, k, v, mask=mask, bias=bias)
+    ref = qkv.reference(q, k, v, mask=mask, bias=bias)
+    np.testing.assert_allclose(out, ref, atol=2e-5, rtol=0)
+    assert stats.skipped > stats.computed  # the window still skips most tiles per sequence
+    # and the bias really is per sequence and aligned per sequence, against a literal one
+    b = 1
+    pos = np.arange(300)[:, None] + klen[b] - qlen[b]
+    literal = -slopes[b][:, None, None] * np.abs(pos - np.arange(300)[None, :])
+    dense = bias.bind(qkv.masks.Layout((2,), 4, 300, 300)).dense(np.arange(300), np.arange(300))
+    np.testing.assert_allclose(dense[b], literal)
