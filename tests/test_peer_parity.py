@@ -182,3 +182,51 @@ def test_per_sequence_masks_and_alibi_on_the_tiled_kernel(backend):
     literal = -slopes[b][:, None, None] * np.abs(pos - np.arange(300)[None, :])
     dense = bias.bind(qkv.masks.Layout((2,), 4, 300, 300)).dense(np.arange(300), np.arange(300))
     np.testing.assert_allclose(dense[b], literal)
+
+
+def test_relative_position_buckets_are_t5s():
+    from transformers.models.t5.modeling_t5 import T5Attention
+
+    for bidirectional in (True, False):
+        for nq, nk in ((300, 300), (1, 50)):
+            positions = torch.arange(nk)[None, :] - (torch.arange(nq) + nk - nq)[:, None]
+            want = T5Attention._relative_position_bucket(positions, bidirectional=bidirectional)
+            np.testing.assert_array_equal(qkv.relative_position_buckets(
+                nq, nk, bidirectional=bidirectional), want.numpy())
+
+
+@pytest.mark.parametrize("backend", BACKEND_PARAMS)
+@pytest.mark.parametrize("small", [0, 1 << 30])
+def test_learnable_t5_bias_gradient_matches_torch_autograd(backend, small):
+    # A T5-style learnable bias: a (H, buckets) table gathered by relative position, causal.
+    heads, n = 3, 200
+    q, k, v = (RNG.standard_normal((2, heads, n, 16)) for _ in range(3))
+    dout = RNG.standard_normal((2, heads, n, 16))
+    table = RNG.standard_normal((heads, 32))
+    buckets = qkv.relative_position_buckets(n, n, bidirectional=False)
+    bias, mask = table[:, buckets], qkv.causal()  # (H, Nq, Nk), broadcast over the batch
+    with kernel_config(backend=backend, small=small, tile_q=64, tile_k=64):
+        out, lse = qkv.attention(q, k, v, mask=mask, bias=bias, return_lse=True)
+        *grads, dbias = qkv.attention_backward(q, k, v, out, lse, dout, mask=mask, bias=bias,
+                                               return_dbias=True)
+    assert dbias.shape == bias.shape
+    dtable = np.zeros_like(table)
+    np.add.at(dtable, (slice(None), buckets), dbias)
+    tq, tk, tv = (torch.tensor(x, requires_grad=True) for x in (q, k, v))
+    ttable = torch.tensor(table, requires_grad=True)
+    scores = tq @ tk.transpose(-1, -2) / 4 + ttable[:, torch.tensor(buckets)]
+    scores = scores.masked_fill(~torch.tensor(mask.to_dense(n, n)), -torch.inf)
+    ((torch.softmax(scores, -1) @ tv) * torch.tensor(dout)).sum().backward()
+    np.testing.assert_allclose(dtable, ttable.grad.numpy(), atol=1e-11, rtol=0)
+    for ours, theirs in zip(grads, (tq, tk, tv), strict=True):
+        np.testing.assert_allclose(ours, theirs.grad.numpy(), atol=1e-12, rtol=0)
+    ref = qkv.reference.attention_backward(q, k, v, dout, mask=mask, bias=bias,
+                                           return_dbias=True)
+    np.testing.assert_allclose(dbias, ref[3], atol=1e-12, rtol=0)
+
+
+def test_dbias_needs_an_array_bias():
+    q = RNG.standard_normal((4, 8))
+    out, lse = qkv.attention(q, q, q, return_lse=True)
+    with pytest.raises(ValueError, match="return_dbias=True needs an array bias"):
+        qkv.attention_backward(q, q, q, out, lse, out, return_dbias=True)

@@ -22,7 +22,7 @@ import sys
 
 from .engine import masks, reference
 from .engine.api import attention, attention_backward, attention_weights
-from .engine.bias import alibi, alibi_slopes
+from .engine.bias import alibi, alibi_slopes, relative_position_buckets
 from .engine.masks import allow, causal, deny, documents, padding, predicate, prefix, window
 from .engine.merge import merge
 from .engine.trace import Trace, explain
@@ -54,6 +54,7 @@ __all__ = [
     "predicate",
     "prefix",
     "reference",
+    "relative_position_buckets",
     "show",
     "window",
 ]

@@ -22,7 +22,7 @@ import numpy as np
 
 from . import kernel
 from .problem import prepare
-from .shapes import check_like, unbroadcast
+from .shapes import check_like, sum_to_shape, unbroadcast
 
 __all__ = ["MAX_WEIGHT_BYTES", "attention", "attention_backward", "attention_weights",
            "check_size"]
@@ -118,7 +118,8 @@ def attention_weights(q, k, mask=None, bias=None, scale=None, *, rows=None, chec
 
 
 def attention_backward(q, k, v, out, lse, dout, mask=None, bias=None, scale=None, *,
-                       dlse=None, deterministic=False, check_finite=True, softcap=None):
+                       dlse=None, deterministic=False, check_finite=True, softcap=None,
+                       return_dbias=False):
     """Gradients ``(dq, dk, dv)`` of a scalar loss, given ``dout`` = ∂loss/∂out.
 
     ``out`` and ``lse`` are what ``attention(q, k, v, ..., return_lse=True)`` returned for the
@@ -130,6 +131,9 @@ def attention_backward(q, k, v, out, lse, dout, mask=None, bias=None, scale=None
     ``dlse`` (shaped like ``lse``) is ∂loss/∂lse, for losses that use the log-sum-exp too (it
     adds ``P ∘ dlse`` to dS). ``deterministic=True`` makes the gradients bitwise identical on
     every run and thread count (dq in its own pass, key tiles in a fixed order; ~60% more time).
+    ``return_dbias=True`` also returns the gradient of an array ``bias`` (a learnable bias, e.g.
+    T5's relative-position table gathered by ``qkv.relative_position_buckets``), summed over the
+    dims it was broadcast along: ``(dq, dk, dv, dbias)``. It needs the Nq × Nk bias's memory.
     """
     p = prepare(q, k, v, mask, bias, scale, check_finite=check_finite, softcap=softcap)
     shown_out = p.present(np.empty(p.out_shape(p.dv), dtype=bool)).shape
@@ -149,13 +153,22 @@ def attention_backward(q, k, v, out, lse, dout, mask=None, bias=None, scale=None
         dlse = check_like(dlse, "dlse", shown_out[:-1], "lse")
         if not np.isfinite(dlse).all():
             raise ValueError("dlse contains NaN or inf")
+    dbias = None
+    if return_dbias:
+        if bias is None or not isinstance(bias, np.ndarray | list | tuple):
+            raise ValueError(
+                "return_dbias=True needs an array bias (a rule such as qkv.alibi() has no "
+                f"parameters to learn), got bias={type(bias).__name__}")
+        dbias = np.zeros((p.batch_size, p.hq, p.nq, p.nk), dtype=p.compute)
     shape_out = p.out_shape(p.dv)
     dq, dk, dv = kernel.backward(p, out.reshape(shape_out), lse.reshape(shape_out[:-1]),
                                  dout.reshape(shape_out),
                                  None if dlse is None else dlse.reshape(shape_out[:-1]),
-                                 deterministic=bool(deterministic))
+                                 deterministic=bool(deterministic), dbias=dbias)
     grads = []
     for grad, given, heads in ((dq, q, p.hq), (dk, k, p.hkv), (dv, v, p.hkv)):
         full = grad.reshape(*p.batch_shape, heads, *grad.shape[-2:])
         grads.append(unbroadcast(full, np.shape(given), p.two_d).astype(p.dtype, copy=False))
+    if dbias is not None:
+        grads.append(sum_to_shape(dbias.reshape(p.out_shape(p.nk)), np.shape(bias)))
     return tuple(grads)

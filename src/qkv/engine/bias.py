@@ -20,7 +20,7 @@ import numpy as np
 
 from .masks.base import Layout, Mask, broadcasts_to, is_range
 
-__all__ = ["Bias", "BoundBias", "alibi", "alibi_slopes", "as_bias"]
+__all__ = ["Bias", "BoundBias", "alibi", "alibi_slopes", "as_bias", "relative_position_buckets"]
 
 
 class Bias:
@@ -205,3 +205,42 @@ def as_bias(bias) -> Bias | None:
     if arr.ndim < 2:
         raise ValueError(f"bias needs shape (..., Nq, Nk), got shape {arr.shape}")
     return _Dense(arr)
+
+
+def relative_position_buckets(nq: int, nk: int, num_buckets: int = 32, max_distance: int = 128,
+                              *, bidirectional: bool = True) -> np.ndarray:
+    """T5's relative-position buckets ``(nq, nk)`` (Raffel et al., 2020), for a learnable bias.
+
+    Offsets ``j − i`` (query i aligned bottom-right, as the masks) map to ``num_buckets``
+    buckets: exact for small distances, logarithmic up to ``max_distance``; with
+    ``bidirectional`` half the buckets are for keys after the query. A learnable bias is then
+    ``table[:, buckets]`` for a ``(H, num_buckets)`` table, and the gradient of the table is
+    ``np.add.at`` of ``attention_backward(..., return_dbias=True)``'s dbias over the buckets::
+
+        bias = table[:, buckets]                                    # (H, Nq, Nk)
+        *_, dbias = qkv.attention_backward(..., bias=bias, return_dbias=True)
+        dtable = np.zeros_like(table)
+        np.add.at(dtable, (slice(None), buckets), dbias)
+    """
+    for name, x in (("nq", nq), ("nk", nk), ("num_buckets", num_buckets),
+                    ("max_distance", max_distance)):
+        if isinstance(x, bool) or not isinstance(x, int | np.integer) or x < (
+                0 if name in ("nq", "nk") else 2):
+            raise ValueError(f"relative_position_buckets: {name} must be an int"
+                             f"{' ≥ 0' if name in ('nq', 'nk') else ' ≥ 2'}, got {x!r}")
+    relative = np.arange(nk)[None, :] - (np.arange(nq) + nk - nq)[:, None]  # j − position(i)
+    buckets = np.zeros((nq, nk), dtype=np.int64)
+    if bidirectional:
+        num_buckets //= 2
+        buckets += (relative > 0) * num_buckets
+        distance = np.abs(relative)
+    else:
+        distance = -np.minimum(relative, 0)
+    max_exact = num_buckets // 2
+    small = distance < max_exact
+    with np.errstate(divide="ignore"):
+        large = max_exact + (np.log(np.maximum(distance, 1) / max_exact)
+                             / math.log(max_distance / max_exact)
+                             * (num_buckets - max_exact)).astype(np.int64)
+    large = np.minimum(large, num_buckets - 1)
+    return buckets + np.where(small, distance, large)

@@ -388,7 +388,8 @@ def weights(p: Problem) -> np.ndarray:
 # Backward
 # --------------------------------------------------------------------------------------------
 def backward(p: Problem, out: np.ndarray, lse: np.ndarray, dout: np.ndarray,
-             dlse: np.ndarray | None = None, *, deterministic: bool = False):
+             dlse: np.ndarray | None = None, *, deterministic: bool = False,
+             dbias: np.ndarray | None = None):
     """Gradients ``(dq, dk, dv)`` as ``(B, H, N, D)`` arrays in the compute dtype (flat batch).
 
     FlashAttention-2's backward: for each key tile (a work item), walk every query tile of every
@@ -405,6 +406,9 @@ def backward(p: Problem, out: np.ndarray, lse: np.ndarray, dout: np.ndarray,
 
     ``dlse`` (``(B, Hq, Nq)``, or None) is ∂loss/∂lse for losses that use the lse too. Since
     ∂lse_i/∂S_ij = P_ij, it enters as dS = P ∘ (dP − Δ + dlse): Δ is replaced by Δ − dlse.
+
+    ``dbias``, a zeroed ``(B, Hq, Nq, Nk)`` array in the compute dtype (or None), receives dS —
+    the gradient of an additive bias — tile by tile (empty tiles leave their zeros).
     """
     c = p.compute
     dq_shape = (p.batch_size, p.hq, p.nq, p.dk)
@@ -422,10 +426,11 @@ def backward(p: Problem, out: np.ndarray, lse: np.ndarray, dout: np.ndarray,
         delta -= dlse.reshape(delta.shape).astype(c)
     lse_f = lse.reshape(p.batch_size, p.hq, p.nq).astype(c)
     if p.nq * p.nk <= cfg.small:
-        result = _backward_small(p, cfg, step, delta, lse_f, dout_f)
+        result = _backward_small(p, cfg, step, delta, lse_f, dout_f, dbias)
         path = "small"
     else:
-        result = _backward_tiled(p, cfg, step, delta, lse_f, dout_f, dk, dv, deterministic)
+        result = _backward_tiled(p, cfg, step, delta, lse_f, dout_f, dk, dv, deterministic,
+                                 dbias)
         path = "tiled"
     if cfg.stats is not None:
         cfg.stats.add_path(f"{path} backward {backend}")
@@ -440,7 +445,8 @@ def _softcap_grad(ds: np.ndarray, t: np.ndarray | None) -> None:
         ds *= t
 
 
-def _backward_tiled(p, cfg, step, delta, lse_f, dout_f, dk, dv, deterministic=False):
+def _backward_tiled(p, cfg, step, delta, lse_f, dout_f, dk, dv, deterministic=False,
+                    dbias=None):
     c = p.compute
     scale = c.type(p.scale)
     dq_parts: dict[int, np.ndarray] = {}
@@ -482,6 +488,8 @@ def _backward_tiled(p, cfg, step, delta, lse_f, dout_f, dk, dv, deterministic=Fa
                     dv_acc[t0:t1] += s @ do_tile[rows]  # (tk, Dv)
                     dp = v_bh[t0:t1] @ do_tile[rows].T  # dPᵀ (tk, tr)
                     step.softmax_grad(dp[None], s[None], delta[None, b, h, q0 + r0: q0 + r1])
+                    if dbias is not None:  # dS itself: a work item owns its key columns
+                        dbias[b, h, q0 + r0: q0 + r1, t0:t1] += dp.T
                     _softcap_grad(dp, t)
                     dk_acc[t0:t1] += (dp @ q_tile[rows]) * scale  # dSᵀ Q: (tk, Dk)
                     if not deterministic:
@@ -521,7 +529,7 @@ def _backward_tiled(p, cfg, step, delta, lse_f, dout_f, dk, dv, deterministic=Fa
     return dq, dk, dv
 
 
-def _backward_small(p, cfg, step, delta, lse_f, dout_f):
+def _backward_small(p, cfg, step, delta, lse_f, dout_f, dbias=None):
     """The backward with all heads at once, for problems whose score matrix per head fits in
     one tile (as :func:`_forward_small`): the same step on every row of every head."""
     c = p.compute
@@ -549,6 +557,8 @@ def _backward_small(p, cfg, step, delta, lse_f, dout_f):
         dp = np.ascontiguousarray(v_g[rows].astype(c, copy=False) @ np.swapaxes(do, -1, -2))
         # dPᵀ (b, Hkv, G, Nk, Nq), contiguous so that the step's view of it is not a copy
         step.softmax_grad(_planes(dp, p.nq), _planes(s, p.nq), delta_flat[rows].reshape(-1, p.nq))
+        if dbias is not None:
+            dbias[rows] = np.swapaxes(dp, -1, -2).reshape(-1, p.hq, p.nq, p.nk)
         _softcap_grad(dp, t)
         ds = np.swapaxes(dp, -1, -2)  # dS (b, Hkv, G, Nq, Nk)
         k_rows = k_g[rows].astype(c, copy=False)  # (b, Hkv, 1, Nk, Dk)

@@ -23,7 +23,7 @@ import numpy as np
 
 from .api import check_size, query_rows
 from .problem import Problem, prepare
-from .shapes import check_like, unbroadcast
+from .shapes import check_like, sum_to_shape, unbroadcast
 
 __all__ = ["attention", "attention_backward", "attention_weights", "intermediates"]
 
@@ -105,7 +105,7 @@ def attention_weights(q, k, mask=None, bias=None, scale=None, *, rows=None, chec
 
 
 def attention_backward(q, k, v, dout, mask=None, bias=None, scale=None, *, dlse=None,
-                       check_finite=True, max_bytes=None, softcap=None):
+                       check_finite=True, max_bytes=None, softcap=None, return_dbias=False):
     """Gradients (dq, dk, dv) of ``sum(attention(q, k, v) * dout)`` (+ ``sum(lse * dlse)``), in
     float64.
 
@@ -131,6 +131,7 @@ def attention_backward(q, k, v, dout, mask=None, bias=None, scale=None, *, dlse=
                           "lse")
         dscaled = dscaled + weights * np.asarray(dlse, np.float64).reshape(out_shape[:-1])[
             ..., None]
+    dbias = dscaled  # the bias is added to the (capped) scaled scores
     if p.softcap is not None:  # d/dx c·tanh(x/c) = 1 − tanh²(x/c)
         dscaled = dscaled * (1 - np.tanh(steps["scores"] * p.scale / p.softcap) ** 2)
     dq = dscaled @ k64 * p.scale
@@ -138,7 +139,10 @@ def attention_backward(q, k, v, dout, mask=None, bias=None, scale=None, *, dlse=
     shapes = [np.shape(q), np.shape(k), np.shape(v)]
     grads = (dq, _sum_groups(dk, p.group), _sum_groups(dv, p.group))
     # Broadcast batch dims: a gradient is summed over the dims its input was broadcast along.
-    return tuple(unbroadcast(g, s, p.two_d) for g, s in zip(grads, shapes, strict=True))
+    result = tuple(unbroadcast(g, s, p.two_d) for g, s in zip(grads, shapes, strict=True))
+    if return_dbias:
+        result += (sum_to_shape(p.present(dbias, -3) if p.two_d else dbias, np.shape(bias)),)
+    return result
 
 
 class _CallableModule(types.ModuleType):

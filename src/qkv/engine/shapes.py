@@ -37,3 +37,12 @@ def unbroadcast(grad: np.ndarray, shape: tuple[int, ...], two_d: bool) -> np.nda
     grad = grad.sum(axis=tuple(range(extra))) if extra else grad
     axes = tuple(i for i, n in enumerate(shape) if n == 1 and grad.shape[i] != 1)
     return grad.sum(axis=axes, keepdims=True) if axes else grad
+
+
+def sum_to_shape(grad: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """Sum a gradient of a broadcast array back to the array's own ``shape``."""
+    extra = grad.ndim - len(shape)
+    grad = grad.sum(axis=tuple(range(extra))) if extra > 0 else grad
+    axes = tuple(i for i, n in enumerate(shape) if n == 1 and grad.shape[i] != 1)
+    grad = grad.sum(axis=axes, keepdims=True) if axes else grad
+    return grad.reshape(shape)
