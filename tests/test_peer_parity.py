@@ -230,3 +230,39 @@ def test_dbias_needs_an_array_bias():
     out, lse = qkv.attention(q, q, q, return_lse=True)
     with pytest.raises(ValueError, match="return_dbias=True needs an array bias"):
         qkv.attention_backward(q, q, q, out, lse, out, return_dbias=True)
+
+
+@pytest.mark.parametrize("backend", BACKEND_PARAMS)
+@pytest.mark.parametrize("small", [0, 1 << 30])
+def test_dropout_is_seeded_tiling_independent_and_its_backward_matches_torch(backend, small):
+    q, k, v = (RNG.standard_normal((2, 3, 300, 16)) for _ in range(3))
+    dout = RNG.standard_normal((2, 3, 300, 16))
+    mask, kw = qkv.causal(), {"dropout": 0.3, "dropout_seed": 7}
+    with kernel_config(backend=backend, small=small, tile_q=64, tile_k=32):
+        out, lse = qkv.attention(q, k, v, mask=mask, return_lse=True, **kw)
+        grads = qkv.attention_backward(q, k, v, out, lse, dout, mask=mask, **kw)
+    # The same pairs are dropped on any path and tiling: equal to the reference, which draws
+    # the whole mask at once, and to torch autograd given that mask explicitly.
+    np.testing.assert_allclose(out, qkv.reference(q, k, v, mask=mask, **kw), atol=1e-12)
+    keep = qkv.engine.dropout_scales(q, k, mask=mask, **kw)  # Z / (1 − rate)
+    assert 0.66 < (keep > 0).mean() < 0.74
+    tq, tk, tv = (torch.tensor(x, requires_grad=True) for x in (q, k, v))
+    scores = (tq @ tk.transpose(-1, -2) / 4).masked_fill(
+        ~torch.tensor(mask.to_dense(300, 300)), -torch.inf)
+    want = (torch.softmax(scores, -1) * torch.tensor(keep)) @ tv
+    (want * torch.tensor(dout)).sum().backward()
+    np.testing.assert_allclose(out, want.detach().numpy(), atol=1e-12, rtol=0)
+    for ours, theirs in zip(grads, (tq, tk, tv), strict=True):
+        np.testing.assert_allclose(ours, theirs.grad.numpy(), atol=1e-12, rtol=0)
+    np.testing.assert_allclose(lse, qkv.attention(q, k, v, mask=mask, return_lse=True)[1])
+
+
+def test_dropout_seeds_differ_and_arguments_are_checked():
+    q = RNG.standard_normal((50, 8))
+    a, b = (qkv.attention(q, q, q, dropout=0.5, dropout_seed=s) for s in (1, 2))
+    assert np.abs(a - b).max() > 1e-3
+    np.testing.assert_array_equal(a, qkv.attention(q, q, q, dropout=0.5, dropout_seed=1))
+    with pytest.raises(ValueError, match="dropout must be a rate"):
+        qkv.attention(q, q, q, dropout=1.0, dropout_seed=1)
+    with pytest.raises(ValueError, match="dropout_seed must be an int"):
+        qkv.attention(q, q, q, dropout=0.1)

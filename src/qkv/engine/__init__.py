@@ -22,6 +22,8 @@ and :class:`TileStats`, :func:`block_map`, :func:`backend`. Nothing above the en
 private name.
 """
 
+import numpy as np
+
 from .api import attention, attention_backward, attention_weights
 from .bias import alibi, alibi_slopes
 from .kernel import backward, forward, has_work, weights
@@ -49,6 +51,7 @@ __all__ = [
     "blocks",
     "check_like",
     "current",
+    "dropout_scales",
     "explain",
     "forward",
     "has_numba",
@@ -59,6 +62,15 @@ __all__ = [
     "unbroadcast",
     "weights",
 ]
+
+
+def dropout_scales(q, k, mask=None, *, dropout: float, dropout_seed: int) -> np.ndarray:
+    """The dropout mask ``attention(..., dropout=, dropout_seed=)`` applies, as Z / (1 − rate):
+    ``(..., Hq, Nq, Nk)`` (materialised: for tests and small problems)."""
+    from .reference import _dropout_scales
+
+    p = prepare(q, k, None, mask, dropout=dropout, dropout_seed=dropout_seed)
+    return p.present(_dropout_scales(p))
 
 
 def backend() -> str:

@@ -44,7 +44,7 @@ def check_size(n_bytes: int, max_bytes: int | None, what: str, fix: str) -> None
 
 
 def attention(q, k, v, mask=None, bias=None, scale=None, *, return_lse=False, check_finite=True,
-              softcap=None):
+              softcap=None, dropout=0.0, dropout_seed=None):
     """softmax(q kᵀ · scale + bias) v, exactly, in memory that does not grow with Nq × Nk.
 
     Args:
@@ -63,6 +63,9 @@ def attention(q, k, v, mask=None, bias=None, scale=None, *, return_lse=False, ch
         check_finite: raise ValueError if q, k, v or bias hold NaN or inf.
         softcap: soft-capping of the scores, ``c · tanh(scale·q·k / c)`` before the bias
             (Gemma 2; flash-attn's ``softcap``); None for none.
+        dropout, dropout_seed: drop each weight with probability ``dropout`` (and scale the rest
+            by 1/(1 − dropout)), reproducibly from ``dropout_seed``: the backward, given the
+            same seed, uses the same mask. lse is the undropped softmax's.
 
     Returns:
         ``out (..., Hq, Nq, Dv)`` in the inputs' dtype, or ``(out, lse)``. A query with no
@@ -74,7 +77,8 @@ def attention(q, k, v, mask=None, bias=None, scale=None, *, return_lse=False, ch
     accumulated in float32. Memory beyond the inputs and output is O(tile² + (Nq + Nk)·D) per
     worker thread: the Nq × Nk matrix is never built.
     """
-    p = prepare(q, k, v, mask, bias, scale, check_finite=check_finite, softcap=softcap)
+    p = prepare(q, k, v, mask, bias, scale, check_finite=check_finite, softcap=softcap,
+                dropout=dropout, dropout_seed=dropout_seed)
     out, lse = kernel.forward(p)
     out = p.present(out)
     return (out, p.present(lse, -2)) if return_lse else out
@@ -119,7 +123,7 @@ def attention_weights(q, k, mask=None, bias=None, scale=None, *, rows=None, chec
 
 def attention_backward(q, k, v, out, lse, dout, mask=None, bias=None, scale=None, *,
                        dlse=None, deterministic=False, check_finite=True, softcap=None,
-                       return_dbias=False):
+                       return_dbias=False, dropout=0.0, dropout_seed=None):
     """Gradients ``(dq, dk, dv)`` of a scalar loss, given ``dout`` = ∂loss/∂out.
 
     ``out`` and ``lse`` are what ``attention(q, k, v, ..., return_lse=True)`` returned for the
@@ -135,7 +139,8 @@ def attention_backward(q, k, v, out, lse, dout, mask=None, bias=None, scale=None
     T5's relative-position table gathered by ``qkv.relative_position_buckets``), summed over the
     dims it was broadcast along: ``(dq, dk, dv, dbias)``. It needs the Nq × Nk bias's memory.
     """
-    p = prepare(q, k, v, mask, bias, scale, check_finite=check_finite, softcap=softcap)
+    p = prepare(q, k, v, mask, bias, scale, check_finite=check_finite, softcap=softcap,
+                dropout=dropout, dropout_seed=dropout_seed)
     shown_out = p.present(np.empty(p.out_shape(p.dv), dtype=bool)).shape
     out = check_like(out, "out", shown_out, "attention(q, k, v) output")
     dout = check_like(dout, "dout", shown_out, "attention(q, k, v) output")

@@ -26,6 +26,7 @@ import threading
 
 import numpy as np
 
+from . import dropout as dropout_rule
 from . import step as steps
 from . import threads
 from .masks import EMPTY, FULL, PARTIAL
@@ -119,6 +120,22 @@ def _step_for(p: Problem, cfg: KernelConfig):
     """The tile step for this problem: float64 always runs the NumPy step."""
     backend = "numpy" if p.compute == np.float64 else cfg.resolved_backend()
     return backend, steps.get(backend)
+
+
+def _kept(p: Problem, b, h, qi, kj, dtype) -> np.ndarray | None:
+    """Dropout's Z / (1 − rate) for a tile, transposed ``(..., tk, tq)``; None without dropout."""
+    if not p.dropout:
+        return None
+    return dropout_rule.scales(p.dropout, p.dropout_seed, p.layout, b, h, qi, kj).astype(dtype)
+
+
+def _small_kept(p: Problem, rows: slice, shape) -> np.ndarray | None:
+    """Dropout's scales for the small path's transposed scores ``(b, Hkv, G, Nk, Nq)``."""
+    if not p.dropout:
+        return None
+    b = np.arange(p.batch_size)[rows][:, None]
+    kept = _kept(p, b, np.arange(p.hq)[None, :], p.q_pos, p.k_pos, p.compute)  # (b, Hq, Nk, Nq)
+    return kept.reshape(shape)
 
 
 def _softcap(p: Problem, s: np.ndarray) -> np.ndarray | None:
@@ -239,6 +256,9 @@ def _forward_tiled(p, cfg, step, out, lse) -> None:
             step.online_softmax(s[None], _allowed_t(kind, block), m[None, r0:r1],
                                 row_sum[None, r0:r1], None if acc is None else acc[None, r0:r1])
             if acc is not None:  # acc += P V: (tr, tk) @ (tk, Dv)
+                kept = _kept(p, b, h, qi, kj, c)
+                if kept is not None:  # dropout after the softmax's sums: ℓ is undropped
+                    s *= kept
                 acc[r0:r1] += _dot(s.T, v_bh[k0:k1], None if bad_v is None else bad_v[k0:k1])
         lse_flat[b, h, q0:q1] = _finish(m, row_sum, acc)
         if acc is not None:
@@ -314,6 +334,9 @@ def _forward_small(p, cfg, step, out, lse) -> None:
         if out_g is None:
             return
         v_rows = v[rows].astype(c, copy=False)  # (b, Hkv, 1, Nk, Dv)
+        kept = _small_kept(p, rows, s.shape)
+        if kept is not None:
+            s *= kept
         weights = np.swapaxes(s, -1, -2)  # P (b, Hkv, G, Nq, Nk)
         if p.checked_finite or np.isfinite(v_rows).all():
             acc = weights @ v_rows  # (b, Hkv, G, Nq, Dv)
@@ -485,8 +508,11 @@ def _backward_tiled(p, cfg, step, delta, lse_f, dout_f, dk, dv, deterministic=Fa
                                         keep_tanh=True)  # (tk, tr)
                     step.probabilities(s[None], _allowed_t(kind, block),
                                        lse_f[None, b, h, q0 + r0: q0 + r1])  # Pᵀ, recomputed
-                    dv_acc[t0:t1] += s @ do_tile[rows]  # (tk, Dv)
+                    kept = _kept(p, b, h, qi, kj, c)  # dropout: Z / (1 − rate), or None
+                    dv_acc[t0:t1] += (s if kept is None else s * kept) @ do_tile[rows]
                     dp = v_bh[t0:t1] @ do_tile[rows].T  # dPᵀ (tk, tr)
+                    if kept is not None:
+                        dp *= kept
                     step.softmax_grad(dp[None], s[None], delta[None, b, h, q0 + r0: q0 + r1])
                     if dbias is not None:  # dS itself: a work item owns its key columns
                         dbias[b, h, q0 + r0: q0 + r1, t0:t1] += dp.T
@@ -520,6 +546,9 @@ def _backward_tiled(p, cfg, step, delta, lse_f, dout_f, dk, dv, deterministic=Fa
                 step.probabilities(s[None], _allowed_t(kind, block),
                                    lse_f[None, b, h, q0 + r0: q0 + r1])
                 dp = v_bh[t0:t1] @ do_tile[r0:r1].T
+                kept = _kept(p, b, h, qi, kj, c)
+                if kept is not None:
+                    dp *= kept
                 step.softmax_grad(dp[None], s[None], delta[None, b, h, q0 + r0: q0 + r1])
                 _softcap_grad(dp, t)
                 dq[b, h, q0 + r0: q0 + r1] += _dot(
@@ -553,8 +582,11 @@ def _backward_small(p, cfg, step, delta, lse_f, dout_f, dbias=None):
         step.probabilities(_planes(s, p.nq), _planes(allowed, p.nq),
                            lse_flat[rows].reshape(-1, p.nq))  # Pᵀ, recomputed
         do = do_g[rows].astype(c, copy=False)  # (b, Hkv, G, Nq, Dv)
-        dv[rows] = (s @ do).sum(axis=2)  # Σ over the group: (b, Hkv, Nk, Dv)
+        kept = _small_kept(p, rows, s.shape)
+        dv[rows] = ((s if kept is None else s * kept) @ do).sum(axis=2)  # Σ over the group
         dp = np.ascontiguousarray(v_g[rows].astype(c, copy=False) @ np.swapaxes(do, -1, -2))
+        if kept is not None:
+            dp *= kept
         # dPᵀ (b, Hkv, G, Nk, Nq), contiguous so that the step's view of it is not a copy
         step.softmax_grad(_planes(dp, p.nq), _planes(s, p.nq), delta_flat[rows].reshape(-1, p.nq))
         if dbias is not None:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import dropout as dropout_rule
 from .bias import BoundBias, as_bias
 from .masks import BoundMask, Layout, Mask
 from .shapes import SHAPES, batch_shape
@@ -44,6 +45,8 @@ class Problem:
     two_d: bool
     checked_finite: bool = True  # q, k, v (and bias) were checked free of NaN and inf
     softcap: float | None = None  # scores become softcap · tanh(scores / softcap) (Gemma 2)
+    dropout: float = 0.0  # dropout rate on the weights (see dropout.py)
+    dropout_seed: int = 0
 
     @property
     def hq(self) -> int:
@@ -252,7 +255,7 @@ def _check_mask(mask) -> Mask | None:
 
 
 def prepare(q, k, v=None, mask=None, bias=None, scale=None, *, check_finite=True,
-            positions=None, softcap=None) -> Problem:
+            positions=None, softcap=None, dropout=0.0, dropout_seed=None) -> Problem:
     """Validate the arguments of an attention call; see :func:`qkv.attention` for their meaning.
 
     ``positions=(q_pos, k_pos, nq_total, nk_total)`` is for sharded callers: the rows given are
@@ -294,6 +297,7 @@ def prepare(q, k, v=None, mask=None, bias=None, scale=None, *, check_finite=True
     bias_rule = as_bias(bias)
     scale = check_scale(scale, dk)
     softcap = check_softcap(softcap)
+    dropout, dropout_seed = dropout_rule.check(dropout, dropout_seed)
     if positions is None:
         q_pos, k_pos, nq_total, nk_total = np.arange(nq), np.arange(nk), nq, nk
     else:
@@ -318,5 +322,6 @@ def prepare(q, k, v=None, mask=None, bias=None, scale=None, *, check_finite=True
         q=qa, k=ka, v=va, batch_shape=batch, dtype=dtype, compute=compute, scale=scale,
         mask=bound_mask, bias=bound_bias, q_pos=np.asarray(q_pos, dtype=np.int64),
         k_pos=np.asarray(k_pos, dtype=np.int64), layout=layout, two_d=two_d,
-        checked_finite=bool(check_finite), softcap=softcap,
+        checked_finite=bool(check_finite), softcap=softcap, dropout=dropout,
+        dropout_seed=dropout_seed,
     )

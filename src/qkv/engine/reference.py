@@ -80,16 +80,20 @@ def intermediates(p: Problem, max_bytes: int | None = None) -> dict[str, np.ndar
         "weights": weights,
         "lse": lse[..., 0],
     }
+    if p.dropout:
+        result["kept"] = _dropout_scales(p)  # Z / (1 − rate), (..., Hq, Nq, Nk)
     if p.v is not None:
         v = _expand_kv(p.v.astype(np.float64), p.group)
-        result["output"] = weights @ v  # (..., Hq, Nq, Dv)
+        kept = result.get("kept", 1.0)
+        result["output"] = (weights * kept) @ v  # (..., Hq, Nq, Dv)
     return result
 
 
 def attention(q, k, v, mask=None, bias=None, scale=None, *, return_lse=False, check_finite=True,
-              max_bytes=None, softcap=None):
+              max_bytes=None, softcap=None, dropout=0.0, dropout_seed=None):
     """softmax(q kᵀ · scale + bias) v in float64, with the arguments of :func:`qkv.attention`."""
-    p = prepare(q, k, v, mask, bias, scale, check_finite=check_finite, softcap=softcap)
+    p = prepare(q, k, v, mask, bias, scale, check_finite=check_finite, softcap=softcap,
+                dropout=dropout, dropout_seed=dropout_seed)
     steps = intermediates(p, max_bytes)
     out = p.present(steps["output"])
     return (out, p.present(steps["lse"], -2)) if return_lse else out
@@ -105,7 +109,8 @@ def attention_weights(q, k, mask=None, bias=None, scale=None, *, rows=None, chec
 
 
 def attention_backward(q, k, v, dout, mask=None, bias=None, scale=None, *, dlse=None,
-                       check_finite=True, max_bytes=None, softcap=None, return_dbias=False):
+                       check_finite=True, max_bytes=None, softcap=None, return_dbias=False,
+                       dropout=0.0, dropout_seed=None):
     """Gradients (dq, dk, dv) of ``sum(attention(q, k, v) * dout)`` (+ ``sum(lse * dlse)``), in
     float64.
 
@@ -114,7 +119,8 @@ def attention_backward(q, k, v, dout, mask=None, bias=None, scale=None, *, dlse=
         dQ = dS K · scale,   dK = dSᵀ Q · scale,
     with dK and dV summed over the query heads that share a kv head (GQA).
     """
-    p = prepare(q, k, v, mask, bias, scale, check_finite=check_finite, softcap=softcap)
+    p = prepare(q, k, v, mask, bias, scale, check_finite=check_finite, softcap=softcap,
+                dropout=dropout, dropout_seed=dropout_seed)
     out_shape = p.out_shape(p.v.shape[-1])
     dout = check_like(dout, "dout", p.present(np.empty(out_shape, dtype=bool)).shape, "the output")
     dout = np.asarray(dout, dtype=np.float64).reshape(out_shape)
@@ -123,8 +129,9 @@ def attention_backward(q, k, v, dout, mask=None, bias=None, scale=None, *, dlse=
     q64 = p.q.astype(np.float64)
     k64 = _expand_kv(p.k.astype(np.float64), p.group)
     v64 = _expand_kv(p.v.astype(np.float64), p.group)
-    dv = np.swapaxes(weights, -1, -2) @ dout  # (..., Hq, Nk, Dv)
-    dweights = dout @ np.swapaxes(v64, -1, -2)  # (..., Hq, Nq, Nk)
+    kept = steps.get("kept", 1.0)  # dropout's Z / (1 − rate)
+    dv = np.swapaxes(weights * kept, -1, -2) @ dout  # (..., Hq, Nk, Dv)
+    dweights = (dout @ np.swapaxes(v64, -1, -2)) * kept  # (..., Hq, Nq, Nk)
     dscaled = weights * (dweights - (dweights * weights).sum(axis=-1, keepdims=True))
     if dlse is not None:  # ∂lse_i/∂scaled_ij = weights_ij
         dlse = check_like(dlse, "dlse", p.present(np.empty(out_shape[:-1], dtype=bool)).shape,
@@ -143,6 +150,16 @@ def attention_backward(q, k, v, dout, mask=None, bias=None, scale=None, *, dlse=
     if return_dbias:
         result += (sum_to_shape(p.present(dbias, -3) if p.two_d else dbias, np.shape(bias)),)
     return result
+
+
+def _dropout_scales(p: Problem) -> np.ndarray:
+    """The dropout mask of the whole problem, as the kernel draws it tile by tile."""
+    from . import dropout
+
+    kept = dropout.scales(p.dropout, p.dropout_seed, p.layout,
+                          np.arange(p.batch_size)[:, None], np.arange(p.hq)[None, :],
+                          p.q_pos, p.k_pos)  # (B, Hq, Nk, Nq)
+    return np.swapaxes(kept, -1, -2).reshape(p.out_shape(p.nk))
 
 
 class _CallableModule(types.ModuleType):
