@@ -21,6 +21,7 @@ from .loss import log_softmax, softmax_cross_entropy
 from .mlp import MLP
 from .norm import LayerNorm
 from .optim import Adam
+from .paged_cache import PagedKVCache, PagedLayerCache
 
 __all__ = [
     "GRU",
@@ -32,6 +33,8 @@ __all__ = [
     "LayerNorm",
     "Linear",
     "MultiHeadAttention",
+    "PagedKVCache",
+    "PagedLayerCache",
     "TransformerBlock",
     "gelu",
     "gelu_backward",
