@@ -266,3 +266,41 @@ def test_dropout_seeds_differ_and_arguments_are_checked():
         qkv.attention(q, q, q, dropout=1.0, dropout_seed=1)
     with pytest.raises(ValueError, match="dropout_seed must be an int"):
         qkv.attention(q, q, q, dropout=0.1)
+
+
+@pytest.mark.parametrize("backend", BACKEND_PARAMS)
+@pytest.mark.parametrize("small", [0, 1 << 30])
+def test_score_mod_runs_per_tile_like_flexattention(backend, small):
+    # FlexAttention's relative-position example: score + (q_idx − k_idx), here per head.
+    q, k, v = (RNG.standard_normal((2, 3, 200, 16)).astype(np.float32) for _ in range(3))
+    seen = set()
+
+    def rel_bias(scores, b, h, q_idx, k_idx):
+        seen.add((int(b), int(h)))
+        return scores + (h + 1) * 0.01 * (q_idx - k_idx)
+
+    with kernel_config(backend=backend, small=small, tile_q=64, tile_k=64):
+        out = qkv.attention(q, k, v, mask=qkv.causal(), score_mod=rel_bias)
+        rows = qkv.attention_weights(q, k, mask=qkv.causal(), score_mod=rel_bias, rows=[5, 150])
+    assert seen == {(b, h) for b in range(2) for h in range(3)}
+    i, j = np.arange(200)[:, None], np.arange(200)[None, :]
+    bias = (np.arange(1, 4) * 0.01)[:, None, None] * (i - j)  # the same rule as a dense bias
+    want = qkv.reference(q, k, v, mask=qkv.causal(), bias=bias.astype(np.float32))
+    np.testing.assert_allclose(out, want, atol=2e-5, rtol=0)
+    np.testing.assert_allclose(rows, qkv.reference.attention_weights(
+        q, k, mask=qkv.causal(), bias=bias, rows=[5, 150]), atol=2e-6, rtol=0)
+    np.testing.assert_allclose(qkv.reference(q, k, v, mask=qkv.causal(), score_mod=rel_bias),
+                               qkv.reference(q, k, v, mask=qkv.causal(), bias=bias), atol=1e-12)
+
+
+def test_score_mod_is_checked_and_its_backward_refused():
+    q = RNG.standard_normal((6, 4))
+    with pytest.raises(ValueError, match="score_mod must return float scores"):
+        qkv.attention(q, q, q, score_mod=lambda s, b, h, i, j: s[:1])
+    with pytest.raises(ValueError, match="NaN or \\+inf"):
+        qkv.attention(q, q, q, score_mod=lambda s, b, h, i, j: s * np.nan)
+    with pytest.raises(TypeError, match="score_mod must be a callable"):
+        qkv.attention(q, q, q, score_mod=3)
+    out, lse = qkv.attention(q, q, q, return_lse=True)
+    with pytest.raises(ValueError, match="cannot differentiate an arbitrary score_mod"):
+        qkv.attention_backward(q, q, q, out, lse, out, score_mod=lambda s, *_: s)

@@ -44,7 +44,7 @@ def check_size(n_bytes: int, max_bytes: int | None, what: str, fix: str) -> None
 
 
 def attention(q, k, v, mask=None, bias=None, scale=None, *, return_lse=False, check_finite=True,
-              softcap=None, dropout=0.0, dropout_seed=None):
+              softcap=None, dropout=0.0, dropout_seed=None, score_mod=None):
     """softmax(q kᵀ · scale + bias) v, exactly, in memory that does not grow with Nq × Nk.
 
     Args:
@@ -66,6 +66,13 @@ def attention(q, k, v, mask=None, bias=None, scale=None, *, return_lse=False, ch
         dropout, dropout_seed: drop each weight with probability ``dropout`` (and scale the rest
             by 1/(1 − dropout)), reproducibly from ``dropout_seed``: the backward, given the
             same seed, uses the same mask. lse is the undropped softmax's.
+        score_mod: FlexAttention's score modifier for the forward: ``fn(scores, b, h, q_idx,
+            k_idx)`` gets a tile's scores ``(tq, tk)`` (after scale, softcap and bias), the flat
+            batch index, the query head and the index grids ``(tq, 1)``, ``(1, tk)``, and returns
+            new scores of that shape. Its backward would need ∂fn/∂scores (and ∂fn/∂its own
+            parameters), which an arbitrary function does not give: ``attention_backward``
+            refuses it — use ``softcap=`` or an array ``bias`` (``return_dbias=True``), which
+            have gradients.
 
     Returns:
         ``out (..., Hq, Nq, Dv)`` in the inputs' dtype, or ``(out, lse)``. A query with no
@@ -78,7 +85,7 @@ def attention(q, k, v, mask=None, bias=None, scale=None, *, return_lse=False, ch
     worker thread: the Nq × Nk matrix is never built.
     """
     p = prepare(q, k, v, mask, bias, scale, check_finite=check_finite, softcap=softcap,
-                dropout=dropout, dropout_seed=dropout_seed)
+                dropout=dropout, dropout_seed=dropout_seed, score_mod=score_mod)
     out, lse = kernel.forward(p)
     out = p.present(out)
     return (out, p.present(lse, -2)) if return_lse else out
@@ -104,7 +111,7 @@ def query_rows(rows, nq: int) -> np.ndarray:
 
 
 def attention_weights(q, k, mask=None, bias=None, scale=None, *, rows=None, check_finite=True,
-                      max_bytes=None, softcap=None):
+                      max_bytes=None, softcap=None, score_mod=None):
     """The exact softmax weights ``(..., Hq, R, Nk)`` for query rows ``rows`` (all if None).
 
     ``rows`` is a list of query indices or a slice. Only the requested rows are computed — a
@@ -112,7 +119,8 @@ def attention_weights(q, k, mask=None, bias=None, scale=None, *, rows=None, chec
     with no allowed key, have weight 0. Each row sums to 1 (or is all 0). A result larger than
     ``max_bytes`` (default 1 GiB) is refused with an error: ask for fewer rows.
     """
-    p = prepare(q, k, None, mask, bias, scale, check_finite=check_finite, softcap=softcap)
+    p = prepare(q, k, None, mask, bias, scale, check_finite=check_finite, softcap=softcap,
+                score_mod=score_mod)
     if rows is not None:
         p = p.rows(query_rows(rows, p.nq))
     n_bytes = math.prod(p.batch_shape) * p.hq * p.nq * p.nk * p.dtype.itemsize
@@ -123,7 +131,7 @@ def attention_weights(q, k, mask=None, bias=None, scale=None, *, rows=None, chec
 
 def attention_backward(q, k, v, out, lse, dout, mask=None, bias=None, scale=None, *,
                        dlse=None, deterministic=False, check_finite=True, softcap=None,
-                       return_dbias=False, dropout=0.0, dropout_seed=None):
+                       return_dbias=False, dropout=0.0, dropout_seed=None, score_mod=None):
     """Gradients ``(dq, dk, dv)`` of a scalar loss, given ``dout`` = ∂loss/∂out.
 
     ``out`` and ``lse`` are what ``attention(q, k, v, ..., return_lse=True)`` returned for the
@@ -139,6 +147,10 @@ def attention_backward(q, k, v, out, lse, dout, mask=None, bias=None, scale=None
     T5's relative-position table gathered by ``qkv.relative_position_buckets``), summed over the
     dims it was broadcast along: ``(dq, dk, dv, dbias)``. It needs the Nq × Nk bias's memory.
     """
+    if score_mod is not None:
+        raise ValueError(
+            "attention_backward cannot differentiate an arbitrary score_mod (it would need "
+            "∂score_mod/∂scores); use softcap= or an array bias with return_dbias=True")
     p = prepare(q, k, v, mask, bias, scale, check_finite=check_finite, softcap=softcap,
                 dropout=dropout, dropout_seed=dropout_seed)
     shown_out = p.present(np.empty(p.out_shape(p.dv), dtype=bool)).shape

@@ -158,7 +158,24 @@ def _tile_scores(p: Problem, q_scaled, k, b, h, qi, kj, *, keep_tanh=False):
     t = _softcap(p, s)
     if p.bias is not None:
         s += np.asarray(p.bias.tile(qi, kj, b, h)).T
+    if p.score_mod is not None:
+        s = apply_score_mod(p, s.T, b, h, qi[:, None], kj[None, :]).T
     return (s, t) if keep_tanh else s
+
+
+def apply_score_mod(p: Problem, scores: np.ndarray, b, h, q_idx, k_idx,
+                    dtype=None) -> np.ndarray:
+    """FlexAttention's ``score_mod`` on a block of scores ``(tq, tk)`` (or batched planes), as a
+    new C-ordered array in the compute dtype — checked, since it is the caller's code."""
+    modified = np.asarray(p.score_mod(scores.copy(), b, h, q_idx, k_idx))
+    if modified.shape != scores.shape or modified.dtype.kind != "f":
+        raise ValueError(
+            f"score_mod must return float scores of the shape it was given {scores.shape}, got "
+            f"{modified.dtype} {modified.shape}")
+    if np.isnan(modified).any() or (modified == np.inf).any():
+        raise ValueError("score_mod returned NaN or +inf; return finite scores (−inf to exclude "
+                         "a pair, though a mask lets the kernel skip whole tiles)")
+    return np.ascontiguousarray(modified, dtype=dtype or p.compute)
 
 
 def _allowed_t(kind: int, block) -> np.ndarray | None:
@@ -302,6 +319,13 @@ def _small_scores(p: Problem, rows: slice, *, keep_tanh=False):
     if p.bias is not None:
         bias = p.bias.dense(p.q_pos, p.k_pos).reshape(shape)[rows]
         s += np.swapaxes(bias.reshape(*s.shape[:3], p.nq, p.nk), -1, -2)
+    if p.score_mod is not None:  # per (batch element, head) plane, as the tiled path's tiles
+        planes = s.reshape(-1, p.hq, p.nk, p.nq)
+        first = np.arange(p.batch_size)[rows][0] if planes.shape[0] else 0
+        for i in range(planes.shape[0]):
+            for h in range(p.hq):
+                planes[i, h] = apply_score_mod(p, planes[i, h].T, first + i, h,
+                                               p.q_pos[:, None], p.k_pos[None, :]).T
     allowed = None
     if p.mask is not None:
         dense = p.mask.dense(p.q_pos, p.k_pos)  # (*batch or 1s, Hq or 1, Nq, Nk)

@@ -46,6 +46,7 @@ class Problem:
     checked_finite: bool = True  # q, k, v (and bias) were checked free of NaN and inf
     softcap: float | None = None  # scores become softcap · tanh(scores / softcap) (Gemma 2)
     dropout: float = 0.0  # dropout rate on the weights (see dropout.py)
+    score_mod: object = None  # fn(scores (tq, tk), b, h, q_idx (tq, 1), k_idx (1, tk)), or None
     dropout_seed: int = 0
 
     @property
@@ -255,7 +256,8 @@ def _check_mask(mask) -> Mask | None:
 
 
 def prepare(q, k, v=None, mask=None, bias=None, scale=None, *, check_finite=True,
-            positions=None, softcap=None, dropout=0.0, dropout_seed=None) -> Problem:
+            positions=None, softcap=None, dropout=0.0, dropout_seed=None,
+            score_mod=None) -> Problem:
     """Validate the arguments of an attention call; see :func:`qkv.attention` for their meaning.
 
     ``positions=(q_pos, k_pos, nq_total, nk_total)`` is for sharded callers: the rows given are
@@ -298,6 +300,9 @@ def prepare(q, k, v=None, mask=None, bias=None, scale=None, *, check_finite=True
     scale = check_scale(scale, dk)
     softcap = check_softcap(softcap)
     dropout, dropout_seed = dropout_rule.check(dropout, dropout_seed)
+    if score_mod is not None and not callable(score_mod):
+        raise TypeError(f"score_mod must be a callable fn(scores, b, h, q_idx, k_idx), got "
+                        f"{type(score_mod).__name__}")
     if positions is None:
         q_pos, k_pos, nq_total, nk_total = np.arange(nq), np.arange(nk), nq, nk
     else:
@@ -323,5 +328,5 @@ def prepare(q, k, v=None, mask=None, bias=None, scale=None, *, check_finite=True
         mask=bound_mask, bias=bound_bias, q_pos=np.asarray(q_pos, dtype=np.int64),
         k_pos=np.asarray(k_pos, dtype=np.int64), layout=layout, two_d=two_d,
         checked_finite=bool(check_finite), softcap=softcap, dropout=dropout,
-        dropout_seed=dropout_seed,
+        dropout_seed=dropout_seed, score_mod=score_mod,
     )

@@ -58,6 +58,16 @@ def intermediates(p: Problem, max_bytes: int | None = None) -> dict[str, np.ndar
         scaled = p.softcap * np.tanh(scaled / p.softcap)
     if p.bias is not None:
         scaled = scaled + p.bias.dense(p.q_pos, p.k_pos)
+    if p.score_mod is not None:
+        from .kernel import apply_score_mod
+
+        planes = np.array(np.broadcast_to(scaled, (*p.batch_shape, p.hq, p.nq, p.nk)))
+        flat = planes.reshape(-1, p.hq, p.nq, p.nk)
+        for b in range(flat.shape[0]):
+            for h in range(p.hq):
+                flat[b, h] = apply_score_mod(p, flat[b, h], b, h, p.q_pos[:, None],
+                                             p.k_pos[None, :], np.float64)
+        scaled = planes
     if p.mask is not None:
         allowed = np.broadcast_to(p.mask.dense(p.q_pos, p.k_pos), scaled.shape)
     else:
@@ -90,10 +100,10 @@ def intermediates(p: Problem, max_bytes: int | None = None) -> dict[str, np.ndar
 
 
 def attention(q, k, v, mask=None, bias=None, scale=None, *, return_lse=False, check_finite=True,
-              max_bytes=None, softcap=None, dropout=0.0, dropout_seed=None):
+              max_bytes=None, softcap=None, dropout=0.0, dropout_seed=None, score_mod=None):
     """softmax(q kᵀ · scale + bias) v in float64, with the arguments of :func:`qkv.attention`."""
     p = prepare(q, k, v, mask, bias, scale, check_finite=check_finite, softcap=softcap,
-                dropout=dropout, dropout_seed=dropout_seed)
+                dropout=dropout, dropout_seed=dropout_seed, score_mod=score_mod)
     steps = intermediates(p, max_bytes)
     out = p.present(steps["output"])
     return (out, p.present(steps["lse"], -2)) if return_lse else out
