@@ -148,7 +148,11 @@ def check_scale(scale, dk: int) -> float:
 
 
 def _max_abs(x: np.ndarray) -> float:
-    return float(np.abs(x).max()) if x.size else 0.0
+    """max |x| from two SIMD reductions and no temporary: NaN if x holds a NaN, inf if an inf."""
+    if not x.size:
+        return 0.0
+    hi, lo = float(x.max()), float(x.min())
+    return max(hi, -lo) if not (np.isnan(hi) or np.isnan(lo)) else float("nan")
 
 
 def check_softcap(softcap) -> float | None:
@@ -163,16 +167,16 @@ def check_softcap(softcap) -> float | None:
     return value
 
 
-def check_range(arrays: dict[str, np.ndarray], scale: float, bias: BoundBias | None,
-                compute: np.dtype, softcap: float | None = None) -> None:
+def check_range(arrays: dict[str, np.ndarray], magnitudes: dict[str, float], scale: float,
+                bias: BoundBias | None, compute: np.dtype, softcap: float | None = None) -> None:
     """Refuse problems whose scores would overflow the compute dtype.
 
     |q·k·scale| ≤ Dk · max|q| · max|k| · |scale|; with the bias's magnitude added, that must stay
     well inside the dtype (a quarter of its largest number, room for the softmax's subtraction).
     Otherwise an overflowed score (±inf) would read as a masked pair — a silent wrong answer.
     """
-    q, k = arrays["q"], arrays["k"]
-    qmax, kmax = _max_abs(q), _max_abs(k)
+    q = arrays["q"]
+    qmax, kmax = magnitudes["q"], magnitudes["k"]
     if not (math.isfinite(qmax) and math.isfinite(kmax)):
         return  # inf/NaN inputs with check_finite=False: the caller chose not to be checked
     score = q.shape[-1] * qmax * kmax * abs(scale)
@@ -311,9 +315,10 @@ def prepare(q, k, v=None, mask=None, bias=None, scale=None, *, check_finite=True
     bound_mask = mask.bind(layout) if mask is not None else None
     bound_bias = bias_rule.bind(layout) if bias_rule is not None else None
 
+    magnitudes = {name: _max_abs(arr) for name, arr in given.items()}  # one pass each
     if check_finite:
-        for name, arr in given.items():
-            if not np.isfinite(arr).all():
+        for name in given:
+            if not math.isfinite(magnitudes[name]):
                 raise ValueError(
                     f"{name} contains NaN or inf; fix the input (or pass check_finite=False to "
                     "skip this check)"
@@ -322,7 +327,7 @@ def prepare(q, k, v=None, mask=None, bias=None, scale=None, *, check_finite=True
             bias_rule.check_finite()
     dtype = qa.dtype
     compute = np.dtype(np.float32) if dtype == np.float16 else dtype
-    check_range(given, scale, bound_bias, compute, softcap)
+    check_range(given, magnitudes, scale, bound_bias, compute, softcap)
     return Problem(
         q=qa, k=ka, v=va, batch_shape=batch, dtype=dtype, compute=compute, scale=scale,
         mask=bound_mask, bias=bound_bias, q_pos=np.asarray(q_pos, dtype=np.int64),
