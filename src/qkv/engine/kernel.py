@@ -180,7 +180,7 @@ def apply_score_mod(p: Problem, scores: np.ndarray, b, h, q_idx, k_idx,
 
 def _allowed_t(kind: int, block) -> np.ndarray | None:
     """A PARTIAL tile's block ``(tq, tk)`` as the step wants it: ``(1, tk, tq)``, contiguous."""
-    return None if kind != PARTIAL else np.ascontiguousarray(block().T)[None]
+    return None if kind != PARTIAL else block(True)[None]
 
 
 def _bad_rows(p: Problem, x: np.ndarray) -> np.ndarray | None:

@@ -9,8 +9,10 @@ the global sequence lengths) checks its arrays against the problem and gives an 
 
 for global query positions ``qi (tq,)``, key positions ``kj (tk,)``, flat batch index ``b`` and
 query head ``h``. ``kind`` is EMPTY (skip the tile), FULL (no mask arithmetic) or PARTIAL, and
-``block`` is a zero-argument callable giving the ``(tq, tk)`` bool array for PARTIAL tiles only
-(None otherwise) — lazy, so that a composition that turns out EMPTY never builds it. Like
+``block`` is a callable giving the ``(tq, tk)`` bool array for PARTIAL tiles only (None
+otherwise) — lazy, so that a composition that turns out EMPTY never builds it; ``block(True)``
+gives it transposed, ``(tk, tq)`` and contiguous, as the kernel's tiles are laid out (position
+masks build that layout directly instead of transposing). Like
 FlexAttention's ``B=None, H=None``, a bound mask declares ``batch_dependent`` and
 ``head_dependent``; the kernel classifies tiles once for all batch elements and heads a mask
 does not depend on.
@@ -37,7 +39,7 @@ MAX_BOUND = 2**62
 # Compositions nest at most this deep (deeper ones are refused, not a RecursionError).
 MAX_DEPTH = 64
 
-Block = Callable[[], np.ndarray]
+Block = Callable[..., np.ndarray]  # block(transposed=False) -> (tq, tk), or (tk, tq) if True
 
 
 @dataclass(frozen=True)
@@ -81,13 +83,14 @@ class BoundMask:
         if kind is not None and kind != PARTIAL:
             return kind, None
         if kind == PARTIAL and is_range(qi) and is_range(kj):
-            return PARTIAL, lambda: self.full_block(qi, kj, b, h)
+            return PARTIAL, lambda transposed=False: self.full_block(qi, kj, b, h, transposed)
         # No cheap answer, or positions with gaps (a zigzag shard spans two chunks), where index
         # ranges overestimate what the tile may hold: read the kind off the block.
         return kind_of(self.full_block(qi, kj, b, h))
 
-    def full_block(self, qi, kj, b, h) -> np.ndarray:
-        return np.broadcast_to(self.block(qi, kj, b, h), (len(qi), len(kj)))
+    def full_block(self, qi, kj, b, h, transposed: bool = False) -> np.ndarray:
+        block = np.broadcast_to(self.block(qi, kj, b, h), (len(qi), len(kj)))
+        return np.ascontiguousarray(block.T) if transposed else block
 
     def dense(self, qi: np.ndarray, kj: np.ndarray) -> np.ndarray:
         """The rule on every batch element and head it depends on: a bool array of shape
@@ -111,7 +114,8 @@ def kind_of(block: np.ndarray) -> tuple[int, Block | None]:
         return FULL, None
     if not block.any():
         return EMPTY, None
-    return PARTIAL, lambda: block
+    return PARTIAL, lambda transposed=False: np.ascontiguousarray(block.T) if transposed \
+        else block
 
 
 class Mask:

@@ -92,7 +92,7 @@ class _BoundCombined(BoundMask):
         if len(blocks) == 1:
             return PARTIAL, blocks[0]
         op = np.logical_and if self.is_and else np.logical_or
-        return kind_of(reduce(op, (blk() for blk in blocks)))
+        return kind_of(reduce(op, (blk() for blk in blocks)))  # looked at: may be empty/full
 
 
 @dataclass(frozen=True, repr=False, eq=False)
@@ -134,7 +134,7 @@ class _BoundNot(BoundMask):
     def tile(self, qi, kj, b, h):
         kind, block = self.inner.tile(qi, kj, b, h)
         if kind == PARTIAL:
-            return PARTIAL, lambda: ~block()
+            return PARTIAL, lambda transposed=False: ~block(transposed)
         return (EMPTY if kind == FULL else FULL), None
 
 

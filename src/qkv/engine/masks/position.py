@@ -17,7 +17,7 @@ looking at its pairs.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -31,6 +31,7 @@ from .base import (
     batch_broadcast,
     check_bound,
     int_array,
+    is_range,
     span,
 )
 
@@ -101,6 +102,37 @@ class _BoundPositional(BoundMask):
     def offset(self, b: int) -> int:
         return self.layout.offset if self.offsets is None else int(self.offsets[b])
 
+    def full_block(self, qi, kj, b, h, transposed: bool = False) -> np.ndarray:
+        # A position rule's block over contiguous ranges depends only on the offset between
+        # them (and the tile's size): the causal diagonal's few shapes recur for every head and
+        # query tile, so each is built once per call and shared (read-only). Built in the layout
+        # asked for rather than transposed after.
+        if not (is_range(qi) and is_range(kj)):
+            block = self.block(qi, kj, b, h, transposed)
+            return np.broadcast_to(block, (len(kj), len(qi)) if transposed else
+                                   (len(qi), len(kj)))
+        key = (int(kj[0]) - int(qi[0]) - self.offset(b), len(qi), len(kj), transposed,
+               self._key_extra(kj, b))
+        block = self._blocks.get(key)
+        if block is None:
+            block = np.ascontiguousarray(self.block(qi, kj, b, h, transposed))
+            block.flags.writeable = False
+            self._blocks[key] = block
+        return block
+
+    def _key_extra(self, kj, b):
+        return None
+
+    @staticmethod
+    def _grid(qi, kj, offset: int, transposed: bool):
+        """Query positions and key positions as broadcastable columns/rows (int32 if they fit:
+        half the bytes, twice the SIMD lanes of int64)."""
+        qpos, kpos = qi + offset, kj
+        if max(abs(int(qpos.min(initial=0))), abs(int(qpos.max(initial=0))),
+               int(kpos.max(initial=0))) < 2**30:
+            qpos, kpos = qpos.astype(np.int32), kpos.astype(np.int32)
+        return (qpos[None, :], kpos[:, None]) if transposed else (qpos[:, None], kpos[None, :])
+
 
 @dataclass(frozen=True, eq=False)
 class _BoundWindow(_BoundPositional):
@@ -108,20 +140,21 @@ class _BoundWindow(_BoundPositional):
     offsets: np.ndarray | None
     before: int | None
     after: int | None
+    _blocks: dict = field(default_factory=dict, repr=False)
 
-    def block(self, qi, kj, b, h):
-        qpos = (qi + self.offset(b))[:, None]  # (tq, 1)
-        kpos = kj[None, :]  # (1, tk)
+    def block(self, qi, kj, b, h, transposed=False):
+        qpos, kpos = self._grid(qi, kj, self.offset(b), transposed)  # (tq, 1), (1, tk) or T
         # Compare against shifted query positions rather than forming the (tq, tk) matrix of
-        # offsets: one bool pass per bound instead of an int64 matrix and two passes.
+        # offsets: one bool pass per bound instead of an int64 matrix and two passes. Bounds
+        # past the int32 range cannot cut anything the grid holds: treated as unbounded.
         ok = None
-        if self.after is not None:
+        if self.after is not None and self.after < 2**30:
             ok = kpos <= qpos + self.after
-        if self.before is not None:
+        if self.before is not None and self.before < 2**30:
             lower = kpos >= qpos - self.before
             ok = lower if ok is None else np.logical_and(ok, lower, out=ok)
         if ok is None:
-            ok = np.ones((len(qi), len(kj)), dtype=bool)
+            ok = np.ones(np.broadcast_shapes(qpos.shape, kpos.shape), dtype=bool)
         return ok
 
     def classify(self, qi, kj, b, h):
@@ -164,17 +197,21 @@ class _BoundPrefix(_BoundPositional):
     layout: Layout
     offsets: np.ndarray | None
     n: np.ndarray | int
+    _blocks: dict = field(default_factory=dict, repr=False)
 
     def __post_init__(self):
         object.__setattr__(self, "batch_dependent",
                            self.offsets is not None or isinstance(self.n, np.ndarray))
 
+    def _key_extra(self, kj, b):
+        return self._n(b) - int(kj[0])  # where the prefix ends within the tile
+
     def _n(self, b: int) -> int:
         return int(self.n[b]) if isinstance(self.n, np.ndarray) else self.n
 
-    def block(self, qi, kj, b, h):
-        qpos = (qi + self.offset(b))[:, None]
-        return (kj[None, :] < self._n(b)) | (kj[None, :] <= qpos)
+    def block(self, qi, kj, b, h, transposed=False):
+        qpos, kpos = self._grid(qi, kj, self.offset(b), transposed)
+        return (kpos < self._n(b)) | (kpos <= qpos)
 
     def classify(self, qi, kj, b, h):
         dmin, dmax = _offsets(qi, kj, self.offset(b))
