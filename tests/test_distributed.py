@@ -228,3 +228,99 @@ def test_comm_must_be_a_communicator():
         ring_attention(x, x, x, comm=object())
     with pytest.raises(TypeError, match="comm must be an mpi4py communicator"):
         shard(x, comm="world")
+
+
+# --------------------------------------------------------------------------------------------
+# Faults: one rank fails, disagrees, dies or stops — every rank must hear of it, no hang
+# --------------------------------------------------------------------------------------------
+FAULTS = ("raise", "raise_backward", "comm", "stats", "scale", "mask", "window")
+_faults: dict = {}
+
+
+def fault_outcomes() -> dict:
+    """{case: [rank 0's outcome, rank 1's]} from one mpirun -n 2 of tests/mpi_faults.py."""
+    if not _faults:
+        run = mpirun(2, str(HERE / "mpi_faults.py"), ",".join(FAULTS), timeout=120)
+        assert run.returncode == 0, run.stdout + run.stderr
+        for line in run.stdout.splitlines():
+            if line.startswith("OUTCOME "):
+                _, case, rank, res = line.split(" ", 3)
+                _faults.setdefault(case, [None, None])[int(rank)] = json.loads(res)
+    return _faults
+
+
+def test_error_on_one_rank_mid_ring_raises_on_every_rank():
+    """A mask rule raising for rank 1's rows only (zigzag 1200 × 64 float32, 307 KB shards):
+    rank 1 raises its own error, rank 0 a RingError naming it; no hang, no segfault, and the
+    next ring call on the same communicator is right (no stray message, no freed buffer)."""
+    for case in ("raise", "raise_backward"):
+        r0, r1 = fault_outcomes()[case]
+        assert r1["error"] == "ZeroDivisionError: the mask rule failed on rank 1's rows", case
+        assert r0["error"] == ("RingError: ring attention failed on rank 1: ZeroDivisionError: "
+                               "the mask rule failed on rank 1's rows"), case
+        assert r0["still_works"] and r1["still_works"], case
+
+
+@pytest.mark.parametrize(("case", "message"), [
+    ("comm", "TypeError: comm must be an mpi4py communicator such as MPI.COMM_WORLD (or None "
+             "for it), got object (on rank 1)"),
+    ("stats", "TypeError: stats must be a dict to fill (or None), got str (on rank 1)"),
+    ("scale", "ValueError: scale differs across ranks"),
+    ("mask", "ValueError: mask differs across ranks"),
+    ("window", "ValueError: mask differs across ranks"),
+])
+def test_bad_argument_on_one_rank_raises_the_same_on_every_rank(case, message):
+    r0, r1 = fault_outcomes()[case]
+    assert r0["error"] == r1["error"] and r0["error"].startswith(message)
+    assert r0["still_works"] and r1["still_works"]
+
+
+def _timed_death(case: str) -> tuple[int, float, str]:
+    """Launch the case; seconds from rank 1's signal to the job's end, exit code, stderr."""
+    import threading
+    import time
+
+    if shutil.which("mpirun") is None:
+        pytest.skip("mpirun not found: apt-get install openmpi-bin libopenmpi-dev")
+    cmd = ["mpirun", "-n", "2", "--oversubscribe"] + (["--allow-run-as-root"]
+                                                      if os.geteuid() == 0 else [])
+    env = dict(os.environ, QKV_NUM_THREADS="1", OMP_NUM_THREADS="1")
+    proc = subprocess.Popen([*cmd, sys.executable, str(HERE / "mpi_faults.py"), case],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            cwd=HERE.parent)
+    signalled, lines = [], []
+
+    def read():
+        for line in proc.stderr:
+            lines.append(line)
+            if "mid-ring" in line and not signalled:
+                signalled.append(time.monotonic())
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        proc.wait(timeout=90)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        pytest.fail(f"{case}: the job still ran 90 s after launch:\n{''.join(lines)}")
+    ended = time.monotonic()
+    reader.join(5)
+    assert signalled, "".join(lines)
+    return proc.returncode, ended - signalled[0], "".join(lines)
+
+
+@pytest.mark.slow
+def test_rank_killed_mid_ring_ends_the_job():
+    """SIGKILL of rank 1 mid-ring: mpirun ends the job, non-zero, within 30 s."""
+    code, seconds, err = _timed_death("kill")
+    assert code != 0 and seconds <= 30, (code, seconds, err)
+    assert "exited on signal 9" in err
+
+
+@pytest.mark.slow
+def test_rank_stopped_mid_ring_aborts_at_the_deadline():
+    """SIGSTOP of rank 1 (a hung host, a cut link: nothing comes, nothing dies): rank 0's wait
+    passes its deadline (timeout=5 s + twice its longest step) and aborts the job, saying why."""
+    code, seconds, err = _timed_death("stop")
+    assert code == 14 and seconds <= 30, (code, seconds, err)
+    assert "rank 0 waited past its deadline for the kv shard from rank 1" in err
