@@ -130,12 +130,47 @@ def test_qkv_ring_command_launches_mpirun():
     if shutil.which("mpirun") is None:
         pytest.skip("mpirun not found: apt-get install openmpi-bin libopenmpi-dev")
     run = subprocess.run([sys.executable, "-m", "qkv", "ring", "--ranks", "3", "--n", "1500",
-                          "--dim", "16", "--layout", "contiguous"], capture_output=True,
+                          "--dim", "16", "--layout", "contiguous", "--mask", "window",
+                          "--window", "40", "--seed", "3", "--check", "7"], capture_output=True,
                          text=True, timeout=120, env=dict(os.environ, QKV_NUM_THREADS="1"))
     assert run.returncode == 0, run.stdout + run.stderr
+    first = run.stdout.splitlines()[0]
     if len(os.sched_getaffinity(0)) < 3:  # more ranks than cores
-        assert "--oversubscribe" in run.stdout.splitlines()[0]
-    assert run.stdout.rstrip().endswith("ok")
+        assert "--oversubscribe" in first
+    assert "--window 40 --layout contiguous --seed 3 --check 7" in first  # forwarded as given
+    assert "check: 7 rows" in run.stdout and run.stdout.rstrip().endswith("ok")
+    # progress: one line per ring step and rank, on stderr
+    for rank in range(3):
+        for step in (1, 2, 3):
+            assert f"rank {rank}: forward step {step}/3 done" in run.stderr, run.stderr
+
+
+def test_qkv_ring_has_the_demos_options():
+    """One parser: every option of python -m qkv.distributed is an option of qkv ring."""
+    import argparse
+
+    from qkv.commands import ring
+    from qkv.distributed.__main__ import add_arguments, forwarded, parse
+
+    demo = argparse.ArgumentParser()
+    add_arguments(demo)
+    cli = argparse.ArgumentParser()
+    ring.add_arguments(cli)
+    options = {o for a in demo._actions for o in a.option_strings}
+    assert options <= {o for a in cli._actions for o in a.option_strings}
+    assert all(a.help for a in cli._actions)
+    argv = ["--n", "99", "--mask", "window", "--window", "5", "--seed", "2", "--backward"]
+    assert parse(forwarded(parse(argv))) == parse(argv)
+
+
+def test_qkv_ring_without_mpi4py_says_how_to_install():
+    code = ("import sys; sys.modules['mpi4py'] = None\n"
+            "from qkv.cli import main; sys.exit(main(['ring', '--ranks', '2']))")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60)
+    assert run.returncode == 2, run.stdout + run.stderr
+    assert "mpi4py is not installed" in run.stderr
+    assert "pip install 'qkv[mpi]'" in run.stderr and "openmpi-bin" in run.stderr
 
 
 # --------------------------------------------------------------------------------------------
