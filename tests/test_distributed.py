@@ -395,3 +395,40 @@ def test_ring_layer_shares_parameters_and_refuses_what_it_cannot_do():
         ring_layer(Linear(4, 4))
     with pytest.raises(ValueError, match="decoding with a KV cache is single-process"):
         ring.attn.forward(np.zeros((1, 3, 16), np.float32), cache=KVCache(1)[0])
+
+
+# --------------------------------------------------------------------------------------------
+# Across hosts on one machine: 2 network namespaces, TCP only (tests/netns.py)
+# --------------------------------------------------------------------------------------------
+@pytest.mark.slow
+def test_ring_over_tcp_between_network_namespaces():
+    """Each rank in its own network namespace (a "host"), shared memory off, TCP over a private
+    bridge: forward and backward equal the engine and the exact result, both layouts, and bad
+    input on one rank still raises the same error on every rank."""
+    from netns import Hosts, unavailable
+
+    if shutil.which("mpirun") is None:
+        pytest.skip("mpirun not found")
+    why = unavailable()
+    if why:
+        pytest.skip(why)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [str(HERE.parent / "src"), os.environ.get("PYTHONPATH", "")]))
+    with Hosts(2) as hosts:
+        run = subprocess.run(hosts.mpirun(2, [sys.executable, str(HERE / "mpi_cases.py"),
+                                              "causal,documents_causal,gqa_causal"]),
+                             capture_output=True, text=True, timeout=120, env=env,
+                             cwd=HERE.parent)
+    lines = [ln for ln in run.stdout.splitlines() if ln.startswith("RESULT ")]
+    assert run.returncode == 0 and lines, run.stdout + run.stderr
+    rep = json.loads(lines[-1][len("RESULT "):])
+    assert len(rep["cases"]) == 6
+    for name, ranks in rep["cases"].items():
+        for rank, res in enumerate(ranks):
+            assert "exception" not in res, (name, rank, res.get("exception"))
+            for key, value in res.items():
+                if key.endswith(("_vs_engine", "_vs_exact")):
+                    assert value[1] <= 1, (name, rank, key, value)
+    for errors in rep["errors"]:
+        assert errors["wrong_length"].startswith("ValueError: k shards have lengths")
+        assert errors["wrong_dtype"].startswith("TypeError: dtypes differ across ranks")
