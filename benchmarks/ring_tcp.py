@@ -12,7 +12,7 @@ links shaped to ``--rate`` with tc tbf), and for each N times, on every rank,
 
 and prints them beside the model of docs/distributed.md: the transfer hides once C ≥ T, i.e.
 c ≥ 4·F/B for a causal zigzag step (F = the rank's measured flop rate, B = the link's measured
-bandwidth). ``--no-overlap-fix`` is not an option: what is measured is the code as it is.
+bandwidth). Results: docs/distributed.md, "Across hosts, tested on one machine".
 """
 
 from __future__ import annotations
