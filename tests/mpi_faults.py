@@ -2,7 +2,7 @@
 
     mpirun -n 2 python tests/mpi_faults.py CASE[,CASE...]
 
-Every rank prints ``OUTCOME <case> <rank> <json>`` with what its call did (the error it raised, and
+Rank 0 prints ``OUTCOME <case> <rank> <json>`` for every rank with what its call did (the error it raised, and
 whether a later ring call on the same communicator still gives the right answer). ``kill`` and
 ``stop`` never print: rank 1 SIGKILLs / SIGSTOPs itself in the middle of the ring, and the test
 measures how long the job takes to end.
@@ -86,7 +86,11 @@ def main(case: str) -> None:
     }
     res = outcome(calls[case])
     res["still_works"] = still_works()
-    print("OUTCOME", case, RANK, json.dumps(res), flush=True)
+    every = MPI.COMM_WORLD.gather(res, root=0)  # one writer: ranks' lines could interleave
+    if RANK == 0:
+        for rank, mine in enumerate(every):
+            sys.stdout.write(f"OUTCOME {case} {rank} {json.dumps(mine)}\n")
+        sys.stdout.flush()
 
 
 if __name__ == "__main__":
