@@ -3,8 +3,8 @@
     mpirun -n 2 python tests/mpi_faults.py CASE[,CASE...]
 
 Rank 0 prints ``OUTCOME <case> <rank> <json>`` for every rank: what its call did (the error
-it raised, and whether a later ring call on the same communicator still gives the right answer). ``kill`` and
-``stop`` never print: rank 1 SIGKILLs / SIGSTOPs itself in the middle of the ring, and the test
+it raised, and whether a later ring call on the same communicator still gives the right
+answer). ``kill`` and ``stop`` never print: rank 1 SIGKILLs / SIGSTOPs itself in the middle of the ring, and the test
 measures how long the job takes to end.
 """
 
