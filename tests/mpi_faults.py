@@ -4,8 +4,8 @@
 
 Rank 0 prints ``OUTCOME <case> <rank> <json>`` for every rank: what its call did (the error
 it raised, and whether a later ring call on the same communicator still gives the right
-answer). ``kill`` and ``stop`` never print: rank 1 SIGKILLs / SIGSTOPs itself in the middle of the ring, and the test
-measures how long the job takes to end.
+answer). ``kill`` and ``stop`` never print: rank 1 SIGKILLs / SIGSTOPs itself in the middle
+of the ring, and the test measures how long the job takes to end.
 """
 
 from __future__ import annotations
