@@ -130,12 +130,47 @@ def test_qkv_ring_command_launches_mpirun():
     if shutil.which("mpirun") is None:
         pytest.skip("mpirun not found: apt-get install openmpi-bin libopenmpi-dev")
     run = subprocess.run([sys.executable, "-m", "qkv", "ring", "--ranks", "3", "--n", "1500",
-                          "--dim", "16", "--layout", "contiguous"], capture_output=True,
+                          "--dim", "16", "--layout", "contiguous", "--mask", "window",
+                          "--window", "40", "--seed", "3", "--check", "7"], capture_output=True,
                          text=True, timeout=120, env=dict(os.environ, QKV_NUM_THREADS="1"))
     assert run.returncode == 0, run.stdout + run.stderr
+    first = run.stdout.splitlines()[0]
     if len(os.sched_getaffinity(0)) < 3:  # more ranks than cores
-        assert "--oversubscribe" in run.stdout.splitlines()[0]
-    assert run.stdout.rstrip().endswith("ok")
+        assert "--oversubscribe" in first
+    assert "--window 40 --layout contiguous --seed 3 --check 7" in first  # forwarded as given
+    assert "check: 7 rows" in run.stdout and run.stdout.rstrip().endswith("ok")
+    # progress: one line per ring step and rank, on stderr
+    for rank in range(3):
+        for step in (1, 2, 3):
+            assert f"rank {rank}: forward step {step}/3 done" in run.stderr, run.stderr
+
+
+def test_qkv_ring_has_the_demos_options():
+    """One parser: every option of python -m qkv.distributed is an option of qkv ring."""
+    import argparse
+
+    from qkv.commands import ring
+    from qkv.distributed.__main__ import add_arguments, forwarded, parse
+
+    demo = argparse.ArgumentParser()
+    add_arguments(demo)
+    cli = argparse.ArgumentParser()
+    ring.add_arguments(cli)
+    options = {o for a in demo._actions for o in a.option_strings}
+    assert options <= {o for a in cli._actions for o in a.option_strings}
+    assert all(a.help for a in cli._actions)
+    argv = ["--n", "99", "--mask", "window", "--window", "5", "--seed", "2", "--backward"]
+    assert parse(forwarded(parse(argv))) == parse(argv)
+
+
+def test_qkv_ring_without_mpi4py_says_how_to_install():
+    code = ("import sys; sys.modules['mpi4py'] = None\n"
+            "from qkv.cli import main; sys.exit(main(['ring', '--ranks', '2']))")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60)
+    assert run.returncode == 2, run.stdout + run.stderr
+    assert "mpi4py is not installed" in run.stderr
+    assert "pip install 'qkv[mpi]'" in run.stderr and "openmpi-bin" in run.stderr
 
 
 # --------------------------------------------------------------------------------------------
@@ -228,3 +263,172 @@ def test_comm_must_be_a_communicator():
         ring_attention(x, x, x, comm=object())
     with pytest.raises(TypeError, match="comm must be an mpi4py communicator"):
         shard(x, comm="world")
+
+
+# --------------------------------------------------------------------------------------------
+# Faults: one rank fails, disagrees, dies or stops — every rank must hear of it, no hang
+# --------------------------------------------------------------------------------------------
+FAULTS = ("raise", "raise_backward", "comm", "stats", "scale", "mask", "window")
+_faults: dict = {}
+
+
+def fault_outcomes() -> dict:
+    """{case: [rank 0's outcome, rank 1's]} from one mpirun -n 2 of tests/mpi_faults.py."""
+    if not _faults:
+        run = mpirun(2, str(HERE / "mpi_faults.py"), ",".join(FAULTS), timeout=120)
+        assert run.returncode == 0, run.stdout + run.stderr
+        for line in run.stdout.splitlines():
+            if line.startswith("OUTCOME "):
+                _, case, rank, res = line.split(" ", 3)
+                _faults.setdefault(case, [None, None])[int(rank)] = json.loads(res)
+    return _faults
+
+
+def test_error_on_one_rank_mid_ring_raises_on_every_rank():
+    """A mask rule raising for rank 1's rows only (zigzag 1200 × 64 float32, 307 KB shards):
+    rank 1 raises its own error, rank 0 a RingError naming it; no hang, no segfault, and the
+    next ring call on the same communicator is right (no stray message, no freed buffer)."""
+    for case in ("raise", "raise_backward"):
+        r0, r1 = fault_outcomes()[case]
+        assert r1["error"] == "ZeroDivisionError: the mask rule failed on rank 1's rows", case
+        assert r0["error"] == ("RingError: ring attention failed on rank 1: ZeroDivisionError: "
+                               "the mask rule failed on rank 1's rows"), case
+        assert r0["still_works"] and r1["still_works"], case
+
+
+@pytest.mark.parametrize(("case", "message"), [
+    ("comm", "TypeError: comm must be an mpi4py communicator such as MPI.COMM_WORLD (or None "
+             "for it), got object (on rank 1)"),
+    ("stats", "TypeError: stats must be a dict to fill (or None), got str (on rank 1)"),
+    ("scale", "ValueError: scale differs across ranks"),
+    ("mask", "ValueError: mask differs across ranks"),
+    ("window", "ValueError: mask differs across ranks"),
+])
+def test_bad_argument_on_one_rank_raises_the_same_on_every_rank(case, message):
+    r0, r1 = fault_outcomes()[case]
+    assert r0["error"] == r1["error"] and r0["error"].startswith(message)
+    assert r0["still_works"] and r1["still_works"]
+
+
+def _timed_death(case: str) -> tuple[int, float, str]:
+    """Launch the case; seconds from rank 1's signal to the job's end, exit code, stderr."""
+    import threading
+    import time
+
+    if shutil.which("mpirun") is None:
+        pytest.skip("mpirun not found: apt-get install openmpi-bin libopenmpi-dev")
+    cmd = ["mpirun", "-n", "2", "--oversubscribe"] + (["--allow-run-as-root"]
+                                                      if os.geteuid() == 0 else [])
+    env = dict(os.environ, QKV_NUM_THREADS="1", OMP_NUM_THREADS="1")
+    proc = subprocess.Popen([*cmd, sys.executable, str(HERE / "mpi_faults.py"), case],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            cwd=HERE.parent)
+    signalled, lines = [], []
+
+    def read():
+        for line in proc.stderr:
+            lines.append(line)
+            if "mid-ring" in line and not signalled:
+                signalled.append(time.monotonic())
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        proc.wait(timeout=90)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        pytest.fail(f"{case}: the job still ran 90 s after launch:\n{''.join(lines)}")
+    ended = time.monotonic()
+    reader.join(5)
+    assert signalled, "".join(lines)
+    return proc.returncode, ended - signalled[0], "".join(lines)
+
+
+@pytest.mark.slow
+def test_rank_killed_mid_ring_ends_the_job():
+    """SIGKILL of rank 1 mid-ring: mpirun ends the job, non-zero, within 30 s."""
+    code, seconds, err = _timed_death("kill")
+    assert code != 0 and seconds <= 30, (code, seconds, err)
+    assert "exited on signal 9" in err
+
+
+@pytest.mark.slow
+def test_rank_stopped_mid_ring_aborts_at_the_deadline():
+    """SIGSTOP of rank 1 (a hung host, a cut link: nothing comes, nothing dies): rank 0's wait
+    passes its deadline (timeout=5 s + twice its longest step) and aborts the job, saying why."""
+    code, seconds, err = _timed_death("stop")
+    assert code == 14 and seconds <= 30, (code, seconds, err)
+    assert "rank 0 waited past its deadline for the kv shard from rank 1" in err
+
+
+# --------------------------------------------------------------------------------------------
+# The long-context path: a transformer block trained through the ring
+# --------------------------------------------------------------------------------------------
+def test_transformer_block_trains_through_the_ring():
+    """A causal qkv.nn TransformerBlock (GQA 4/2 heads, N = 203) on 2 ranks, attention by ring
+    attention: loss, dx and all 16 weight gradients equal the single-process run (float64:
+    1e-12 relative; float32: within 4× the single-process float32 error; see mpi_train.py)."""
+    run = mpirun(2, str(HERE / "mpi_train.py"))
+    lines = [ln for ln in run.stdout.splitlines() if ln.startswith("RESULT ")]
+    assert run.returncode == 0 and lines, run.stdout + run.stderr
+    report = json.loads(lines[-1][len("RESULT "):])
+    for layout, ranks in report.items():
+        for rank, res in enumerate(ranks):
+            assert res["n_grads"] == 16
+            for key in ("loss_rel64", "dx_rel64", "grads_rel64"):
+                assert res[key] <= 1e-12, (layout, rank, key, res[key])
+            for key in ("loss_ratio32", "dx_ratio32", "grads_ratio32"):
+                assert res[key] <= 1, (layout, rank, key, res[key])
+
+
+def test_ring_layer_shares_parameters_and_refuses_what_it_cannot_do():
+    from qkv.distributed import RingMultiHeadAttention, ring_layer
+    from qkv.nn import KVCache, Linear, TransformerBlock
+
+    block = TransformerBlock(16, 2, rng=0)
+    ring = ring_layer(block)
+    assert isinstance(ring.attn, RingMultiHeadAttention)
+    assert type(block.attn) is not RingMultiHeadAttention  # the original is untouched
+    assert all(ring.params[n] is block.params[n] for n in block.params)
+    assert ring.attn.params["w_q"] is block.attn.params["w_q"]
+    with pytest.raises(TypeError, match=r"holds no qkv\.nn\.MultiHeadAttention"):
+        ring_layer(Linear(4, 4))
+    with pytest.raises(ValueError, match="decoding with a KV cache is single-process"):
+        ring.attn.forward(np.zeros((1, 3, 16), np.float32), cache=KVCache(1)[0])
+
+
+# --------------------------------------------------------------------------------------------
+# Across hosts on one machine: 2 network namespaces, TCP only (tests/netns.py)
+# --------------------------------------------------------------------------------------------
+@pytest.mark.slow
+def test_ring_over_tcp_between_network_namespaces():
+    """Each rank in its own network namespace (a "host"), shared memory off, TCP over a private
+    bridge: forward and backward equal the engine and the exact result, both layouts, and bad
+    input on one rank still raises the same error on every rank."""
+    from netns import Hosts, unavailable
+
+    if shutil.which("mpirun") is None:
+        pytest.skip("mpirun not found")
+    why = unavailable()
+    if why:
+        pytest.skip(why)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [str(HERE.parent / "src"), os.environ.get("PYTHONPATH", "")]))
+    with Hosts(2) as hosts:
+        run = subprocess.run(hosts.mpirun(2, [sys.executable, str(HERE / "mpi_cases.py"),
+                                              "causal,documents_causal,gqa_causal"]),
+                             capture_output=True, text=True, timeout=120, env=env,
+                             cwd=HERE.parent)
+    lines = [ln for ln in run.stdout.splitlines() if ln.startswith("RESULT ")]
+    assert run.returncode == 0 and lines, run.stdout + run.stderr
+    rep = json.loads(lines[-1][len("RESULT "):])
+    assert len(rep["cases"]) == 6
+    for name, ranks in rep["cases"].items():
+        for rank, res in enumerate(ranks):
+            assert "exception" not in res, (name, rank, res.get("exception"))
+            for key, value in res.items():
+                if key.endswith(("_vs_engine", "_vs_exact")):
+                    assert value[1] <= 1, (name, rank, key, value)
+    for errors in rep["errors"]:
+        assert errors["wrong_length"].startswith("ValueError: k shards have lengths")
+        assert errors["wrong_dtype"].startswith("TypeError: dtypes differ across ranks")

@@ -10,20 +10,26 @@
 
 Run under ``mpirun -n P python script.py``; ``comm=None`` means ``MPI.COMM_WORLD``. Importing
 this package needs no MPI; calling it without mpi4py says how to install the extra. See
-docs/distributed.md and ``mpirun -n 4 python -m qkv.distributed --help``.
+docs/distributed.md and ``mpirun -n 4 python -m qkv.distributed --help``. To train a qkv.nn
+model on a sequence sharded across ranks: ``ring_layer(block)`` and ``sum_over_ranks(grads)``.
 """
 
 from ..engine import merge
+from .layers import RingMultiHeadAttention, ring_layer, sum_over_ranks
 from .layout import LAYOUTS, gather, positions, shard, shard_length
-from .ring import ring_attention, ring_attention_backward
+from .ring import RingError, ring_attention, ring_attention_backward
 
 __all__ = [
     "LAYOUTS",
+    "RingError",
+    "RingMultiHeadAttention",
     "gather",
     "merge",
     "positions",
     "ring_attention",
     "ring_attention_backward",
+    "ring_layer",
     "shard",
     "shard_length",
+    "sum_over_ranks",
 ]

@@ -1,13 +1,14 @@
 """Ring attention demo: a long sequence across MPI ranks, checked against the single-process engine.
 
-    mpirun -n 4 python -m qkv.distributed --n 262144 --heads 1 --dim 64 --mask causal
+    mpirun -n 4 python -m qkv.distributed --n 65536 --heads 1 --dim 64 --mask causal
 
 Every rank builds its own shard of q, k and v from the seed (the full arrays never exist on any
 rank: row block b of each array comes from its own generator, seeded (seed, array, b)), runs
 ``ring_attention``, and reports its time, its peak memory and how many kv shards it computed or
 skipped. Rank 0 then checks a sample of rows against the single-process engine (the engine's
 kernel run on those query rows against all N keys, at their global positions) and prints the
-largest error beside its float32 bound.
+largest error beside its float32 bound. Each rank prints one progress line per ring step on
+stderr (``--quiet``: none).
 
 As root, OpenMPI needs ``--allow-run-as-root``; with more ranks than cores add
 ``--oversubscribe``. Pin the BLAS to one thread per rank with ``-x OMP_NUM_THREADS=1``.
@@ -54,26 +55,62 @@ def peak_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def parse(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m qkv.distributed", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--n", type=int, default=65536, help="sequence length N (default 65536)")
+DEFAULT_N = 16384  # a few seconds on 2 cores; the docs' long runs pass --n
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The demo's options: the one definition, shared by ``qkv ring`` (which forwards them)."""
+    parser.add_argument("--n", type=int, default=DEFAULT_N,
+                        help=f"sequence length N (default {DEFAULT_N})")
     parser.add_argument("--heads", type=int, default=1, help="heads H (default 1)")
     parser.add_argument("--dim", type=int, default=64, help="head dimension D (default 64)")
-    parser.add_argument("--mask", choices=("causal", "none", "window"), default="causal")
+    parser.add_argument("--mask", choices=("causal", "none", "window"), default="causal",
+                        help="the mask (default causal)")
     parser.add_argument("--window", type=int, default=4096,
                         help="keys before each query for --mask window (default 4096)")
-    parser.add_argument("--layout", choices=("zigzag", "contiguous"), default="zigzag")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--layout", choices=("zigzag", "contiguous"), default="zigzag",
+                        help="how the sequence is cut into shards (default zigzag: balanced "
+                             "causal work)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of q, k, v (default 0)")
     parser.add_argument("--check", type=int, default=32,
                         help="rows checked against the single-process engine (default 32; 0: none)")
     parser.add_argument("--backward", action="store_true", help="also time the ring backward")
+    parser.add_argument("--quiet", action="store_true",
+                        help="no progress lines (one per ring step and rank, on stderr)")
     parser.add_argument("--json", action="store_true",
                         help="also print the figures as one JSON line (for benchmarks/ring.py)")
-    args = parser.parse_args(argv)
-    for name in ("n", "heads", "dim"):
+
+
+def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    for name in ("n", "heads", "dim", "window"):
         if getattr(args, name) < 1:
             parser.error(f"--{name} must be ≥ 1, got {getattr(args, name)}")
+    if args.check < 0:
+        parser.error(f"--check must be ≥ 0, got {args.check}")
+
+
+def forwarded(args: argparse.Namespace) -> list[str]:
+    """``args``' demo options as a command line again (what ``qkv ring`` passes to each rank)."""
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    argv = []
+    for action in parser._actions:
+        if not action.option_strings or action.dest == "help":
+            continue
+        value = getattr(args, action.dest)
+        if action.nargs == 0:  # a flag
+            argv += [action.option_strings[0]] if value else []
+        else:
+            argv += [action.option_strings[0], str(value)]
+    return argv
+
+
+def parse(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m qkv.distributed", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    check_arguments(parser, args)
     return args
 
 
@@ -102,8 +139,9 @@ def main(argv=None) -> int:
     comm.Barrier()
     stats = {}
     start = time.perf_counter()
+    progress = None if args.quiet else Progress(rank, size, "forward")
     out, lse = ring_attention(q, k, v, mask=mask, layout=args.layout, return_lse=True,
-                              stats=stats)
+                              stats=stats, progress=progress)
     elapsed = time.perf_counter() - start
     comm.Barrier()
     wall = time.perf_counter() - start
@@ -112,7 +150,8 @@ def main(argv=None) -> int:
         dout = rows(args.seed, 3, pos, args.heads, args.dim)
         comm.Barrier()
         start = time.perf_counter()
-        ring_attention_backward(q, k, v, out, lse, dout, mask=mask, layout=args.layout)
+        ring_attention_backward(q, k, v, out, lse, dout, mask=mask, layout=args.layout,
+                                progress=None if args.quiet else Progress(rank, size, "backward"))
         comm.Barrier()
         back = time.perf_counter() - start
     peak = peak_mb()
@@ -154,6 +193,19 @@ def main(argv=None) -> int:
     if args.json:
         print("JSON " + json.dumps(summary), flush=True)
     return 0 if ok else 1
+
+
+class Progress:
+    """``progress(step, src)`` for the ring: one line per step on stderr, with the time so far."""
+
+    def __init__(self, rank: int, size: int, what: str):
+        self.rank, self.size, self.what = rank, size, what
+        self.start = time.perf_counter()
+
+    def __call__(self, step: int, src: int) -> None:
+        sys.stderr.write(f"rank {self.rank}: {self.what} step {step + 1}/{self.size} done (kv "
+                         f"shard of rank {src}), {time.perf_counter() - self.start:.1f} s\n")
+        sys.stderr.flush()  # one write per line: the ranks share the terminal
 
 
 def check(args, mask, got) -> tuple[float, float]:

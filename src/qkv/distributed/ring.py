@@ -35,10 +35,12 @@ import numpy as np
 
 from .. import engine
 from ..engine import Problem, as_array, check_like, merge, prepare, unbroadcast
-from ._mpi import communicator
+from . import _channel
+from ._channel import RingError
+from ._mpi import communicator, mpi
 from .layout import check_layout, positions, shard_length
 
-__all__ = ["ring_attention", "ring_attention_backward"]
+__all__ = ["RingError", "ring_attention", "ring_attention_backward"]
 
 TAG_KV, TAG_GRAD = 71, 72
 
@@ -46,16 +48,25 @@ TAG_KV, TAG_GRAD = 71, 72
 # --------------------------------------------------------------------------------------------
 # Agreeing on the global problem
 # --------------------------------------------------------------------------------------------
-def _agree(comm, error: Exception | None) -> None:
-    """Collective: if any rank failed to validate its inputs, every rank raises that error.
+def _agree(comm, error: Exception | None, timeout: float, meta=None) -> list:
+    """Collective: every rank's ``meta``; if any rank failed, every rank raises that error.
 
-    A rank that raised alone would leave the others waiting in the ring forever.
+    A rank that raised alone would leave the others waiting in the ring forever. Bounded in
+    time: past ``timeout`` the job is aborted (a rank that never calls in is dead or lost).
     """
-    errors = comm.allgather(None if error is None else (type(error), str(error)))
-    for rank, err in enumerate(errors):
+    sent = None if error is None else (type(error).__name__, str(error))
+    gathered = _channel.allgather(comm, (sent, meta), timeout)
+    for rank, (err, _) in enumerate(gathered):
         if err is not None:
             kind, message = err
-            raise kind(f"{message} (on rank {rank})") from error
+            cls = {"TypeError": TypeError, "ValueError": ValueError}.get(kind)
+            message = f"{message} (on rank {rank})"
+            raise (cls(message) if cls else RingError(f"{kind}: {message}")) from error
+    return [m for _, m in gathered]
+
+
+# arguments that must be the same on every rank: a difference is a silently wrong answer
+AGREE = ("mask", "bias", "scale", "check_finite")
 
 
 @dataclass
@@ -69,6 +80,7 @@ class _Ring:
     k_pos: list  # global key positions of each rank's shard
     nq_total: int
     nk_total: int
+    channel: _channel.Channel | None = None  # this call's private communicator
 
     @property
     def left(self) -> int:
@@ -86,27 +98,63 @@ class _Ring:
                        if not self.p.two_d else v[None],
                        k_pos=self.k_pos[src])
 
+    def run(self, body):
+        """``body()`` on every rank, or an error on every rank (see ``_channel``)."""
+        ch = self.channel
+        try:
+            result = body()
+        except _channel.Aborted as exc:  # another rank failed: stop here too
+            ch.finish(failed=True)
+            raise RingError(str(exc)) from None
+        except BaseException as exc:  # this rank failed: tell the others, then raise
+            ch.fail(exc)
+            ch.finish(failed=True)
+            raise
+        ch.finish(failed=False)
+        return result
 
-def _setup(q, k, v, mask, bias, scale, comm, layout, check_finite, check=None) -> _Ring:
-    comm = communicator(comm)
-    rank, size = comm.Get_rank(), comm.Get_size()
-    meta, error = None, None
+
+def _setup(q, k, v, mask, bias, scale, comm, layout, check_finite, stats, timeout,
+           check=None) -> _Ring:
+    error, meta = None, None
     try:
+        wait = _channel.default_timeout(timeout)
+    except ValueError as exc:
+        wait, error = _channel.DEFAULT_TIMEOUT, exc
+    try:
+        comm = communicator(comm)
+    except TypeError as exc:  # tell the ranks we can reach (usually COMM_WORLD), then raise
+        comm, error = mpi().COMM_WORLD, exc
+    rank, size = comm.Get_rank(), comm.Get_size()
+    try:
+        if error is not None:
+            raise error
         check_layout(layout)
+        if stats is not None and not isinstance(stats, dict):
+            raise TypeError(f"stats must be a dict to fill (or None), got {type(stats).__name__}")
         arrays = [as_array(x, name) for x, name in ((q, "q"), (k, "k"), (v, "v"))]
         for name, arr in zip("qkv", arrays, strict=True):
             if arr.ndim < 2:
                 raise ValueError(f"{name} has shape {arr.shape}: it needs at least 2 dims (N, D)")
-        meta = (layout, *(a.shape for a in arrays), arrays[0].dtype.str)
-    except (TypeError, ValueError) as exc:
+        agree = {name: _channel.fingerprint(value) for name, value in
+                 zip(AGREE, (mask, bias, scale, check_finite), strict=True)}
+        meta = (layout, *(a.shape for a in arrays), arrays[0].dtype.str, agree)
+    except Exception as exc:  # shared with every rank, then raised
         error = exc
-    _agree(comm, error)
-    metas = comm.allgather(meta)
+    metas = _agree(comm, error, wait, meta)
 
     # Checks on what every rank sent: the same on every rank, so each raises the same error.
     layouts = [m[0] for m in metas]
     if len(set(layouts)) > 1:
         raise ValueError(f"layout differs across ranks ({layouts}): pass the same on every rank")
+    differ = [name for name in AGREE if len({m[5][name] for m in metas}) > 1]
+    if differ:
+        raise ValueError(
+            f"{' and '.join(differ)} {'differ' if len(differ) > 1 else 'differs'} across "
+            f"ranks: ring attention computes one problem, so every rank must pass the same "
+            f"{', '.join(differ)} (compared by value before "
+            "the first transfer)"
+        )
     q_shapes, k_shapes, v_shapes = ([m[i] for m in metas] for i in (1, 2, 3))
     nq_total = sum(s[-2] for s in q_shapes)
     nk_total = sum(s[-2] for s in k_shapes)
@@ -129,29 +177,32 @@ def _setup(q, k, v, mask, bias, scale, comm, layout, check_finite, check=None) -
         raise TypeError(f"dtypes differ across ranks ({[m[4] for m in metas]}): use one dtype")
 
     k_pos = [positions(nk_total, r, size, layout) for r in range(size)]
-    error = None
+    error, p = None, None
     try:  # the engine's own checks (dtypes, heads, mask and bias against the global sizes)
         p = prepare(q, k, v, mask, bias, scale, check_finite=check_finite,
                     positions=(positions(nq_total, rank, size, layout), k_pos[rank],
                                nq_total, nk_total))
         if check is not None:
             check(p)
-    except (TypeError, ValueError) as exc:
+    except Exception as exc:  # shared with every rank, then raised
         error = exc
-    _agree(comm, error)
-    return _Ring(comm, rank, size, p, k_shapes, v_shapes, k_pos, nq_total, nk_total)
+    _agree(comm, error, wait)
+    return _Ring(comm, rank, size, p, k_shapes, v_shapes, k_pos, nq_total, nk_total,
+                 _channel.Channel(comm, wait))
 
 
 # --------------------------------------------------------------------------------------------
 # The ring
 # --------------------------------------------------------------------------------------------
-def _travel(ring: _Ring, k: np.ndarray, v: np.ndarray, stats: dict):
+def _travel(ring: _Ring, k: np.ndarray, v: np.ndarray, stats: dict, progress=None):
     """Yield ``(src, k_src, v_src)`` for t = 0 … P−1 while the next shard is in flight.
 
     k and v travel packed in one byte buffer (one message per step; bytes, as MPI has no
-    float16). Two buffers alternate: one is computed on and sent, the other receives.
+    float16). Two buffers alternate: one is computed on and sent, the other receives. The
+    channel owns every buffer it sent from or received into until the request completes.
     """
     dtype = np.dtype(ring.p.dtype)
+    ch = ring.channel
 
     def nbytes(src):
         return (np.prod(ring.k_shapes[src]) + np.prod(ring.v_shapes[src])) * dtype.itemsize
@@ -171,13 +222,14 @@ def _travel(ring: _Ring, k: np.ndarray, v: np.ndarray, stats: dict):
         reqs, nxt = [], None
         if t < ring.size - 1:
             nxt = bufs[(t + 1) % 2][: int(nbytes((src - 1) % ring.size))]
-            reqs = [ring.comm.Irecv(nxt, source=ring.left, tag=TAG_KV),
-                    ring.comm.Isend(cur, dest=ring.right, tag=TAG_KV)]
+            reqs = [ch.irecv(nxt, source=ring.left, tag=TAG_KV),
+                    ch.isend(cur, dest=ring.right, tag=TAG_KV)]
         yield (src, *unpack(cur, src))
         started = time.perf_counter()
-        for req in reqs:
-            req.Wait()
+        ch.wait(reqs, f"the kv shard from rank {ring.left} (step {t + 1})")
         stats["wait_s"] += time.perf_counter() - started
+        if progress is not None:
+            progress(t, src)
         cur = nxt
 
 
@@ -189,10 +241,13 @@ def _new_stats(stats: dict | None) -> dict:
 
 
 def ring_attention(q, k, v, mask=None, bias=None, scale=None, comm=None, layout="zigzag",
-                   return_lse=False, *, check_finite=True, stats=None):
+                   return_lse=False, *, check_finite=True, stats=None, timeout=None,
+                   progress=None):
     """Exact attention on sequence shards: this rank's part of ``qkv.attention`` on the full arrays.
 
-    Collective: every rank of ``comm`` (default ``MPI.COMM_WORLD``) calls it with its shards.
+    Collective: every rank of ``comm`` (default ``MPI.COMM_WORLD``) calls it with its shards,
+    and the same ``mask``, ``bias``, ``scale``, ``layout`` and ``check_finite`` (compared by
+    value before the first transfer: a difference raises ValueError on every rank).
 
     Args:
         q: this rank's query shard ``(..., Hq, nq_r, Dk)``, e.g. ``shard(q_full, layout=...)``.
@@ -207,40 +262,55 @@ def ring_attention(q, k, v, mask=None, bias=None, scale=None, comm=None, layout=
         return_lse: also return ``lse (..., Hq, nq_r)`` (the backward needs it).
         stats: a dict to fill with ``computed`` / ``skipped`` (source ranks of the kv shards),
             ``compute_s`` and ``wait_s`` (seconds computing and waiting for transfers).
+        timeout: seconds a rank waits for a peer (beyond twice its longest compute step) before
+            it declares that peer dead and aborts the job; default ``$QKV_RING_TIMEOUT`` or 60.
+        progress: called as ``progress(step, src)`` on this rank after each ring step.
 
     Returns:
         ``out (..., Hq, nq_r, Dv)`` in the inputs' dtype, or ``(out, lse)``; rows with no
         allowed key anywhere are zeros with ``lse = -inf``.
+
+    Raises:
+        On every rank, the same error when any rank's input is wrong; if a rank fails once the
+        ring has started, that rank raises its error and every other rank :class:`RingError`.
     """
-    ring = _setup(q, k, v, mask, bias, scale, comm, layout, check_finite)
+    ring = _setup(q, k, v, mask, bias, scale, comm, layout, check_finite, stats, timeout)
     stats = _new_stats(stats)
-    p, c = ring.p, ring.p.compute
-    out = np.zeros(p.out_shape(p.v.shape[-1]), dtype=c)  # (*batch, Hq, nq_r, Dv), merged so far
-    lse = np.full(p.out_shape(1)[:-1], -np.inf, dtype=c)  # (*batch, Hq, nq_r)
-    for src, k_src, v_src in _travel(ring, np.asarray(k), np.asarray(v), stats):
-        part = ring.problem(src, k_src, v_src)
-        if not engine.has_work(part):
-            stats["skipped"].append(src)
-            continue
-        started = time.perf_counter()
-        out_t, lse_t = engine.forward(part)  # normalised within this kv shard
-        merge(out, lse, out_t, lse_t)
-        stats["compute_s"] += time.perf_counter() - started
-        stats["computed"].append(src)
+
+    def body():
+        p, c = ring.p, ring.p.compute
+        out = np.zeros(p.out_shape(p.v.shape[-1]), dtype=c)  # (*batch, Hq, nq_r, Dv), merged
+        lse = np.full(p.out_shape(1)[:-1], -np.inf, dtype=c)  # (*batch, Hq, nq_r)
+        for src, k_src, v_src in _travel(ring, np.asarray(k), np.asarray(v), stats, progress):
+            part = ring.problem(src, k_src, v_src)
+            if not engine.has_work(part):
+                stats["skipped"].append(src)
+                continue
+            started = time.perf_counter()
+            out_t, lse_t = engine.forward(part)  # normalised within this kv shard
+            merge(out, lse, out_t, lse_t)
+            ring.channel.computed(time.perf_counter() - started)
+            stats["compute_s"] += time.perf_counter() - started
+            stats["computed"].append(src)
+        return out, lse
+
+    out, lse = ring.run(body)
+    p = ring.p
     out = p.present(out.astype(p.dtype, copy=False))
     return (out, p.present(lse, -2)) if return_lse else out
 
 
 def ring_attention_backward(q, k, v, out, lse, dout, mask=None, bias=None, scale=None, comm=None,
-                            layout="zigzag", *, check_finite=True, stats=None):
+                            layout="zigzag", *, check_finite=True, stats=None, timeout=None,
+                            progress=None):
     """Gradients ``(dq, dk, dv)`` of this rank's shards: its part of ``qkv.attention_backward``.
 
-    Collective. ``q``, ``k``, ``v``, ``mask``, ``bias``, ``scale`` and ``layout`` are as given to
-    :func:`ring_attention`; ``out`` and ``lse`` are what it returned on this rank
-    (``return_lse=True``) and ``dout`` is ∂loss/∂out for this rank's queries, same shape as out.
-    dq is summed at home over the kv shards; each kv shard's dk/dv accumulator travels the ring
-    one step behind the shard and comes home complete. Results have the shapes and dtype of this
-    rank's q, k and v.
+    Collective. ``q``, ``k``, ``v``, ``mask``, ``bias``, ``scale``, ``layout``, ``stats``,
+    ``timeout`` and ``progress`` are as for :func:`ring_attention`; ``out`` and ``lse`` are what
+    it returned on this rank (``return_lse=True``) and ``dout`` is ∂loss/∂out for this rank's
+    queries, same shape as out. dq is summed at home over the kv shards; each kv shard's dk/dv
+    accumulator travels the ring one step behind the shard and comes home complete. Results
+    have the shapes and dtype of this rank's q, k and v.
     """
     held = {}
 
@@ -257,55 +327,62 @@ def ring_attention_backward(q, k, v, out, lse, dout, mask=None, bias=None, scale
                 if not np.isfinite(held[name]).all():
                     raise ValueError(f"{name} contains NaN or inf")
 
-    ring = _setup(q, k, v, mask, bias, scale, comm, layout, check_finite, check)
+    ring = _setup(q, k, v, mask, bias, scale, comm, layout, check_finite, stats, timeout, check)
     stats = _new_stats(stats)
     p, c = ring.p, ring.p.compute
-    dq = np.zeros((p.batch_size, p.hq, p.nq, p.q.shape[-1]), dtype=c)  # (B, Hq, nq_r, Dk)
+    ch = ring.channel
 
     def grad_sizes(src):
         return int(np.prod(ring.k_shapes[src])), int(np.prod(ring.v_shapes[src]))
 
-    most = max(sum(grad_sizes(s)) for s in range(ring.size))
-    acc_bufs = [np.empty(most, dtype=c) for _ in range(2)]  # dk | dv of one shard, travelling
-    sends = [None, None]
-    acc = None
-    for t, (src, k_src, v_src) in enumerate(_travel(ring, np.asarray(k), np.asarray(v), stats)):
-        if sends[t % 2] is not None:  # this buffer left two steps ago: make sure it has gone
-            sends[t % 2].Wait()
-        nk_, nv_ = grad_sizes(src)
-        acc = acc_bufs[t % 2][: nk_ + nv_]
-        recv = ring.comm.Irecv(acc.view(np.uint8), source=ring.left, tag=TAG_GRAD) if t else None
-        part = ring.problem(src, k_src, v_src)
-        contribution = None
-        if engine.has_work(part):
-            started = time.perf_counter()
-            dq_t, dk_t, dv_t = engine.backward(part, held["out"], held["lse"], held["dout"])
-            dq += dq_t
-            contribution = [unbroadcast(g.reshape(*p.batch_shape, *g.shape[-3:]), shape, p.two_d)
-                            for g, shape in ((dk_t, ring.k_shapes[src]),
-                                             (dv_t, ring.v_shapes[src]))]
-            stats["compute_s"] += time.perf_counter() - started
-            stats["computed"].append(src)
-        else:
-            stats["skipped"].append(src)
-        if recv is not None:  # the accumulator of this shard, from the ranks it visited before
-            started = time.perf_counter()
-            recv.Wait()
-            stats["wait_s"] += time.perf_counter() - started
-        else:
-            acc[...] = 0
-        if contribution is not None:
-            acc[:nk_] += contribution[0].reshape(-1)
-            acc[nk_:] += contribution[1].reshape(-1)
-        if ring.size > 1:
-            sends[t % 2] = ring.comm.Isend(acc.view(np.uint8), dest=ring.right, tag=TAG_GRAD)
-    if ring.size > 1:  # the last hop: our own shard's accumulator comes home from the left
-        nk_, nv_ = grad_sizes(ring.rank)
-        acc = np.empty(nk_ + nv_, dtype=c)
-        ring.comm.Recv(acc.view(np.uint8), source=ring.left, tag=TAG_GRAD)
-        for req in sends:
-            if req is not None:
-                req.Wait()
+    def body():
+        dq = np.zeros((p.batch_size, p.hq, p.nq, p.q.shape[-1]), dtype=c)  # (B, Hq, nq_r, Dk)
+        most = max(sum(grad_sizes(s)) for s in range(ring.size))
+        acc_bufs = [np.empty(most, dtype=c) for _ in range(2)]  # dk | dv of one shard, travelling
+        sends = [None, None]
+        acc = None
+        for t, (src, k_src, v_src) in enumerate(_travel(ring, np.asarray(k), np.asarray(v),
+                                                        stats, progress)):
+            if sends[t % 2] is not None:  # this buffer left two steps ago: make sure it has gone
+                ch.wait([sends[t % 2]], f"rank {ring.right} to take a gradient accumulator")
+            nk_, nv_ = grad_sizes(src)
+            acc = acc_bufs[t % 2][: nk_ + nv_]
+            recv = ch.irecv(acc.view(np.uint8), source=ring.left, tag=TAG_GRAD) if t else None
+            part = ring.problem(src, k_src, v_src)
+            contribution = None
+            if engine.has_work(part):
+                started = time.perf_counter()
+                dq_t, dk_t, dv_t = engine.backward(part, held["out"], held["lse"], held["dout"])
+                dq += dq_t
+                contribution = [unbroadcast(g.reshape(*p.batch_shape, *g.shape[-3:]), shape,
+                                            p.two_d)
+                                for g, shape in ((dk_t, ring.k_shapes[src]),
+                                                 (dv_t, ring.v_shapes[src]))]
+                ch.computed(time.perf_counter() - started)
+                stats["compute_s"] += time.perf_counter() - started
+                stats["computed"].append(src)
+            else:
+                stats["skipped"].append(src)
+            if recv is not None:  # the accumulator of this shard, from the ranks it visited
+                started = time.perf_counter()
+                ch.wait([recv], f"a gradient accumulator from rank {ring.left}")
+                stats["wait_s"] += time.perf_counter() - started
+            else:
+                acc[...] = 0
+            if contribution is not None:
+                acc[:nk_] += contribution[0].reshape(-1)
+                acc[nk_:] += contribution[1].reshape(-1)
+            if ring.size > 1:
+                sends[t % 2] = ch.isend(acc.view(np.uint8), dest=ring.right, tag=TAG_GRAD)
+        if ring.size > 1:  # the last hop: our own shard's accumulator comes home from the left
+            nk_, nv_ = grad_sizes(ring.rank)
+            acc = np.empty(nk_ + nv_, dtype=c)
+            ch.wait([ch.irecv(acc.view(np.uint8), source=ring.left, tag=TAG_GRAD)],
+                    f"the last gradient accumulator from rank {ring.left}")
+            ch.wait(sends, f"rank {ring.right} to take a gradient accumulator")
+        return dq, acc
+
+    dq, acc = ring.run(body)
     nk_, _ = grad_sizes(ring.rank)
     dk = acc[:nk_].reshape(ring.k_shapes[ring.rank])
     dv = acc[nk_:].reshape(ring.v_shapes[ring.rank])

@@ -133,6 +133,16 @@ class MultiHeadAttention(Layer):
         q, k, _ = self.project(x, context)
         return functional.attention_weights(q, k, mask=mask, scale=self.scale, rows=rows)
 
+    # -- the attention itself: qkv's engine here; ring attention in qkv.distributed ----------
+    def _attention(self, q, k, v, mask):
+        """``(out, lse)`` of q ``(..., H, N, d)`` against k, v ``(..., H_kv, Nk, d)``."""
+        return functional.attention(q, k, v, mask=mask, scale=self.scale, return_lse=True)
+
+    def _attention_backward(self, q, k, v, out, lse, dout, mask):
+        """``(dq, dk, dv)`` of :meth:`_attention`, given its out, lse and ∂loss/∂out."""
+        return functional.attention_backward(q, k, v, out, lse, dout, mask=mask,
+                                             scale=self.scale)
+
     # -- forward / backward -----------------------------------------------------------------
     def forward(self, x, context=None, mask=None, *, cache=None):
         """``(y, ctx)``; y ``(..., N, d_model)``.
@@ -153,7 +163,7 @@ class MultiHeadAttention(Layer):
             return self._proj(merge_heads(out), "o"), None
         x, ctx_in = self._inputs(x, context)
         q, k, v = self.project(x, ctx_in)
-        out, lse = functional.attention(q, k, v, mask=mask, scale=self.scale, return_lse=True)
+        out, lse = self._attention(q, k, v, mask)
         merged = merge_heads(out)  # (..., N, H·d_head)
         y = self._proj(merged, "o")  # (..., N, d_model)
         return y, (x, ctx_in, q, k, v, out, lse, merged, mask)
@@ -173,8 +183,8 @@ class MultiHeadAttention(Layer):
         dy = np.asarray(dy, dtype=merged.dtype)
         grads = {"w_o": outer_sum(merged, dy)}
         dout = split_heads(matmul_rows(dy, p["w_o"].T), self.n_heads)  # (..., H, N, d_head)
-        dq, dk, dv = functional.attention_backward(
-            q, k, v, out, lse, np.ascontiguousarray(dout), mask=mask, scale=self.scale)
+        dq, dk, dv = self._attention_backward(q, k, v, out, lse, np.ascontiguousarray(dout),
+                                              mask)
         dq, dk, dv = merge_heads(dq), merge_heads(dk), merge_heads(dv)  # (..., N, ·)
         src = x if ctx_in is None else ctx_in
         grads["w_q"], grads["w_k"], grads["w_v"] = (

@@ -1,0 +1,120 @@
+"""Ring attention over TCP between network namespaces: compute, wait and the crossover.
+
+    python benchmarks/ring_tcp.py --rate 1gbit --n 1024,2048,4096,8192,16384    # as root
+
+Runs 2 ranks, each in its own network namespace (tests/netns.py: a private bridge, TCP only,
+links shaped to ``--rate`` with tc tbf), and for each N times, on every rank,
+
+* ``T``: one step's transfer alone (a kv shard of 8·c·D bytes, c = N/2, exchanged both ways
+  around the ring with nothing else to do),
+* ``C`` and ``W``: one ring forward's compute and wait per step (causal, zigzag; the best of
+  3 runs after a warm-up),
+
+and prints them beside the model of docs/distributed.md: the transfer hides once C ≥ T, i.e.
+c ≥ 4·F/B for a causal zigzag step (F = the rank's measured flop rate, B = the link's measured
+bandwidth). Results: docs/distributed.md, "Across hosts, tested on one machine".
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+
+
+def rank_main(ns: list[int], dim: int) -> None:
+    """Inside mpirun: one JSON line per N from rank 0."""
+    from mpi4py import MPI
+
+    import qkv
+    from qkv.distributed import positions, ring_attention
+
+    comm = MPI.COMM_WORLD
+    rank, size = comm.Get_rank(), comm.Get_size()
+    for n in ns:
+        rng = np.random.default_rng(0)
+        pos = positions(n, rank, size)
+        q, k, v = (rng.standard_normal((1, 1, n, dim)).astype(np.float32)[..., pos, :]
+                   for _ in range(3))
+        c = len(pos)
+        # T: the step's transfer alone — k and v packed, sent right, received from the left
+        buf, got = np.ones(2 * c * dim, np.float32), np.empty(2 * c * dim, np.float32)
+        best_t = np.inf
+        for _ in range(5):
+            comm.Barrier()
+            start = time.perf_counter()
+            reqs = [comm.Irecv(got, source=(rank - 1) % size),
+                    comm.Isend(buf, dest=(rank + 1) % size)]
+            MPI.Request.Waitall(reqs)
+            best_t = min(best_t, time.perf_counter() - start)
+        ring_attention(q, k, v, mask=qkv.causal())  # warm-up (compiles, allocates)
+        runs = []
+        for _ in range(3):
+            stats = {}
+            comm.Barrier()
+            start = time.perf_counter()
+            ring_attention(q, k, v, mask=qkv.causal(), stats=stats)
+            runs.append((time.perf_counter() - start, stats["compute_s"], stats["wait_s"]))
+        wall, compute, wait = min(runs)
+        mine = {"rank": rank, "transfer_s": best_t, "compute_s": compute, "wait_s": wait,
+                "wall_s": wall, "steps": size}
+        every = comm.gather(mine, root=0)
+        if rank == 0:
+            print("JSON " + json.dumps({"n": n, "dim": dim, "c": c, "ranks": every}), flush=True)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rate", default="1gbit", help="tc tbf rate of each link, or 'none'")
+    parser.add_argument("--n", default="1024,2048,4096,8192,16384", help="sequence lengths")
+    parser.add_argument("--dim", type=int, default=64)
+    parser.add_argument("--rank-side", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    ns = [int(x) for x in args.n.split(",")]
+    if args.rank_side:
+        rank_main(ns, args.dim)
+        return 0
+    sys.path.insert(0, str(HERE.parent / "tests"))
+    from netns import Hosts, unavailable
+
+    why = unavailable()
+    if why:
+        print(f"ring_tcp: {why}", file=sys.stderr)
+        return 2
+    rate = None if args.rate == "none" else args.rate
+    with Hosts(2, rate=rate) as hosts:
+        run = subprocess.run(hosts.mpirun(2, [sys.executable, str(Path(__file__).resolve()),
+                                              "--rank-side", "--n", args.n,
+                                              "--dim", str(args.dim)]),
+                             capture_output=True, text=True, timeout=1800)
+    rows = [json.loads(ln[5:]) for ln in run.stdout.splitlines() if ln.startswith("JSON ")]
+    if run.returncode or not rows:
+        print(run.stdout, run.stderr, file=sys.stderr)
+        return 1
+    print(f"2 ranks in 2 network namespaces, TCP only, links {args.rate}; causal zigzag, "
+          f"D={args.dim}, float32; per ring step (2 steps), slowest rank")
+    print("     N      c   shard_KB   T_ms   C_ms   W_ms   F_GFLOP/s  B_MB/s  C≥T  model c*=4F/B")
+    for row in rows:
+        c, d = row["c"], row["dim"]
+        r = max(row["ranks"], key=lambda x: x["wait_s"])
+        steps = r["steps"]
+        t, cm, w = r["transfer_s"], r["compute_s"] / steps, r["wait_s"] / steps
+        flops = 2 * c * c * d  # a causal zigzag step: half of 4·c²·D
+        f = flops / cm
+        b = 8 * c * d / t
+        print(f"{row['n']:6d} {c:6d} {8 * c * d / 1024:9.0f} {1e3 * t:6.2f} {1e3 * cm:6.2f} "
+              f"{1e3 * w:6.2f} {f / 1e9:10.1f} {b / 1e6:7.1f}  {'yes' if cm >= t else 'no ':3s} "
+              f"{4 * f / b:8.0f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
