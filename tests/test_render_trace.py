@@ -78,3 +78,11 @@ def test_the_html_export_has_a_viewport_and_scrolls_instead_of_overflowing():
     page = qkv.show(np.full((3, 3), 1 / 3)).html()
     assert '<meta name="viewport" content="width=device-width, initial-scale=1">' in page
     assert "overflow-x:auto" in page
+
+
+def test_the_terminal_view_marks_masked_pairs():
+    trace = qkv.explain(*SEED, mask=qkv.padding(2))
+    text = str(qkv.show(trace))
+    row = next(line for line in text.splitlines() if line.strip().startswith("0 q0"))
+    assert row.split()[-3:] == ["67", "33", "×"]
+    assert "× = masked" in text
