@@ -6,3 +6,9 @@ PY=${PYTHON:-python3}
 bash scripts/setup-dev.sh
 "$PY" -m ruff check src tests benchmarks
 "$PY" -m pytest "$@"
+# The engine again as on a machine without the qkv[fast] extra (no Numba: the NumPy tile step).
+if [ $# -eq 0 ]; then
+  QKV_WITHOUT_NUMBA=1 "$PY" -m pytest -q -p no:cacheprovider tests/test_attention.py \
+    tests/test_backward.py tests/test_defects.py tests/test_masks.py \
+    tests/test_weights_and_explain.py tests/test_seeds.py tests/test_engine_package.py
+fi

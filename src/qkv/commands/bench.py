@@ -1,6 +1,7 @@
 """qkv's speed and memory against its peers, measured side by side in one run.
 
-    python -m qkv.bench [--quick] [--json results.json] [--only NAME ...]
+    qkv bench [--quick] [--load] [--json results.json] [--only NAME ...] [--backend B]
+    qkv bench scaling [--quick] [--json PATH] [--plot PATH]   # time and memory vs n: O(n²)
 
 For each case it times qkv.attention, torch's fused SDPA (when torch is installed) and a naive
 NumPy implementation (when its n × n matrix fits), interleaved, as the median of ≥ 5 runs after a
@@ -9,6 +10,11 @@ rate measured in the same run, and peak memory beyond the inputs: for qkv the ex
 allocations (tracemalloc), for torch the process's peak RSS above its baseline, reset before the
 measurement through /proc/self/clear_refs. Timings on a shared machine are noisy:
 compare the ratios, not the absolute times.
+
+``--load`` runs everything again beside a competing process that keeps one core busy (a
+single-threaded BLAS loop), as on a shared machine. The header says which tile step ran
+(``compiled``: the Numba step of the ``qkv[fast]`` extra; ``numpy``) and what the first call costs
+in a fresh process — importing qkv, and the compiled step's compile (cold) or cache load (warm).
 
 This machine may set OPENBLAS_CORETYPE (and OPENBLAS_L2_SIZE) to work around old OpenBLAS bugs;
 with a current NumPy they select slower kernels, so the benchmark re-runs itself without them
@@ -75,6 +81,7 @@ class Result:
     gflops: float = 0.0
     gemm_gflops: float = 0.0  # the BLAS's rate on attention-shaped GEMMs, timed beside the case
     gemm_fraction: float = 0.0
+    square_fraction: float = 0.0  # qkv's GFLOP/s over a large square GEMM's
     max_error: float = 0.0  # qkv vs torch (or naive), max abs difference
 
 
@@ -198,28 +205,44 @@ def run_naive(case, q, k, v, mask):
     return naive
 
 
-GEMM_TILE = (1024, 64, 512)  # (tk, Dk, tq): the kernel's QKᵀ tile GEMM
 GEMM_COUNT = 32
-GEMM_FLOPS = 2 * GEMM_COUNT * GEMM_TILE[0] * GEMM_TILE[1] * GEMM_TILE[2]
+SQUARE = 2048  # the "large square GEMM" the attention's rate is also compared with
 
 
-def gemm_probe():
-    """The BLAS on the kernel's own tile GEMM (1024×64 · 64×512, into preallocated outputs),
-    run on qkv's thread pool with one BLAS thread per worker — the ceiling qkv's kernel works
-    against. Timed beside every case, so the fraction uses the machine's rate at that moment."""
-    from qkv import _threads
+def gemm_probe(dim: int):
+    """The BLAS on the kernel's own tile GEMM (tq×Dk · Dk×tk, the unmasked tile sizes of the
+    kernel config, K = Dk as in attention), into preallocated outputs, run on qkv's thread pool
+    with one BLAS thread per worker — the ceiling qkv's kernel works against. Timed beside every
+    case, so the fraction uses the machine's rate at that moment. Returns (probe, flops)."""
+    from qkv.engine import current, threads
+    from qkv.engine.tiles import cpu_workers
 
+    cfg = current()
+    tq, tk = cfg.tile_q, cfg.key_tile(masked=False)
     rng = np.random.default_rng(0)
-    tk, d, tq = GEMM_TILE
-    a = rng.standard_normal((tk, d), dtype=np.float32)
-    b = rng.standard_normal((d, tq), dtype=np.float32)
-    workers = _threads.num_workers()
-    outs = [np.empty((tk, tq), dtype=np.float32) for _ in range(workers)]
+    a = rng.standard_normal((tq, dim), dtype=np.float32)
+    b = rng.standard_normal((dim, tk), dtype=np.float32)
+    workers = cpu_workers()
+    outs = [np.empty((tq, tk), dtype=np.float32) for _ in range(workers)]
 
     def probe():
-        _threads.run(lambda w, _: np.matmul(a, b, out=outs[w]), list(range(GEMM_COUNT)), workers)
+        threads.run(lambda w, _: np.matmul(a, b, out=outs[w]), list(range(GEMM_COUNT)), workers)
 
-    return probe
+    return probe, 2.0 * GEMM_COUNT * tq * dim * tk
+
+
+def square_gemm_rate() -> float:
+    """GFLOP/s of one large square float32 GEMM with the BLAS's own threads (median of 3)."""
+    rng = np.random.default_rng(0)
+    a, b = (rng.standard_normal((SQUARE, SQUARE), dtype=np.float32) for _ in range(2))
+    out = np.empty_like(a)
+    np.matmul(a, b, out=out)
+    times = []
+    for _ in range(3):
+        start = time.perf_counter()
+        np.matmul(a, b, out=out)
+        times.append(time.perf_counter() - start)
+    return 2 * SQUARE**3 / float(np.median(times)) / 1e9
 
 
 def measure(case: Case, repeats: int, peers: tuple[str, ...] = ("qkv", "torch", "naive")) -> Result:
@@ -229,7 +252,7 @@ def measure(case: Case, repeats: int, peers: tuple[str, ...] = ("qkv", "torch", 
     runners = {"qkv": run_qkv(case, q, k, v, mask), "torch": run_torch(case, q, k, v, mask),
                "naive": run_naive(case, q, k, v, mask)}
     runners = {name: fn for name, fn in runners.items() if fn is not None and name in peers}
-    runners["gemm"] = gemm_probe()
+    runners["gemm"], gemm_flops = gemm_probe(case.dim)
     result = Result(case)
     outputs = {}
     for name, fn in runners.items():  # warm-up, outputs for the cross-check, and peak memory
@@ -256,7 +279,7 @@ def measure(case: Case, repeats: int, peers: tuple[str, ...] = ("qkv", "torch", 
     gemm_seconds = float(np.median(times.pop("gemm")))
     result.seconds = {name: float(np.median(t)) for name, t in times.items()}
     result.gflops = flops(case) / result.seconds["qkv"] / 1e9
-    result.gemm_gflops = GEMM_FLOPS / gemm_seconds / 1e9
+    result.gemm_gflops = gemm_flops / gemm_seconds / 1e9
     result.gemm_fraction = result.gflops / result.gemm_gflops
     peer = "torch" if "torch" in outputs else "naive" if "naive" in outputs else None
     if peer is not None:
@@ -268,12 +291,19 @@ def measure(case: Case, repeats: int, peers: tuple[str, ...] = ("qkv", "torch", 
 
 
 # -- report ------------------------------------------------------------------------------------
-def report_header(blas: str) -> None:
+def report_header(blas: str, backend: str, square: float, first: dict) -> None:
     header = (f"{'case':38} {'goal':>4} {'qkv ms':>9} {'torch ms':>9} {'qkv/torch':>9} "
               f"{'naive ms':>9} {'qkv/naive':>9} {'GFLOP/s':>8} {'of GEMM':>7} "
-              f"{'qkv MiB':>8} {'torch MiB':>9} {'max err':>8}")
-    print(f"BLAS: {blas}; {os.cpu_count()} cores. 'of GEMM': qkv's GFLOP/s over the BLAS's own "
-          "rate on attention-shaped GEMMs, timed interleaved with each case.")
+              f"{'of sq.':>6} {'qkv MiB':>8} {'torch MiB':>9} {'max err':>8}")
+    print(f"BLAS: {blas}; {os.cpu_count()} cores; qkv tile step: {backend}.")
+    print(f"Large square GEMM ({SQUARE}³, float32, BLAS threads): {square:.0f} GFLOP/s. "
+          "'of GEMM': qkv's GFLOP/s over the BLAS's rate on the kernel's own tile GEMM "
+          "(K = Dk), timed interleaved with each case; 'of sq.': over the square GEMM's rate. "
+          "Either can exceed 1.0: masked cases count only the allowed pairs' work, and qkv's "
+          "threads may run the tile GEMMs faster than the probe did at that moment.")
+    if first:
+        print("First call in a fresh process: " + ", ".join(f"{k} {v:.2f} s"
+                                                          for k, v in first.items()))
     print(header)
     print("-" * len(header), flush=True)
 
@@ -281,7 +311,8 @@ def report_header(blas: str) -> None:
 def report_row(r: Result) -> None:
     print(f"{r.case.name:38} {r.case.goal:>4} {_ms(r, 'qkv')} {_ms(r, 'torch')} "
           f"{_ratio(r, 'torch')} {_ms(r, 'naive')} {_ratio(r, 'naive')} {r.gflops:8.0f} "
-          f"{r.gemm_fraction:7.2f} {_mib(r, 'qkv')} {_mib(r, 'torch'):>9} {r.max_error:8.1e}",
+          f"{r.gemm_fraction:7.2f} {r.square_fraction:6.2f} {_mib(r, 'qkv')} "
+          f"{_mib(r, 'torch'):>9} {r.max_error:8.1e}",
           flush=True)
 
 
@@ -309,39 +340,120 @@ def blas_description() -> str:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("suite", nargs="?", default="attention", choices=("attention", "scaling"),
+                        help="attention (default): qkv against its peers, case by case; "
+                             "scaling: time and memory against n, the O(n²) bill")
     parser.add_argument("--quick", action="store_true", help="a few cases, 3 runs each")
     parser.add_argument("--repeats", type=int, default=5, help="timed runs per peer (default 5)")
     parser.add_argument("--only", nargs="*", default=None, help="case names containing these")
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    parser.add_argument("--plot", metavar="PATH", help="scaling: where to save the plot")
     parser.add_argument("--peers", default="torch,naive",
                         help="peers to time beside qkv, comma-separated (default torch,naive)")
+    parser.add_argument("--backend", choices=("auto", "compiled", "numpy"), default="auto",
+                        help="qkv's tile step (default auto: compiled when Numba is installed)")
+    parser.add_argument("--load", action="store_true",
+                        help="run beside a competing process that keeps one core busy")
     parser.add_argument("--keep-blas-env", action="store_true",
                         help="keep OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE as they are")
+
+
+LOAD_SCRIPT = """
+import os, numpy as np
+a = np.random.default_rng(0).standard_normal((512, 512), dtype=np.float32)
+while True:
+    a = a @ a; a /= np.abs(a).max()
+"""
+
+
+def competing_load():
+    """A process that keeps one core busy (a single-threaded BLAS loop) until killed."""
+    import subprocess
+
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    return subprocess.Popen([sys.executable, "-c", LOAD_SCRIPT], env=env)
+
+
+FIRST_CALL = """
+import time, sys
+t0 = time.perf_counter()
+import numpy as np, qkv
+t1 = time.perf_counter()
+x = np.ones((600, 64), np.float32)
+qkv.attention(x, x, x, mask=qkv.causal())
+t2 = time.perf_counter()
+print(t1 - t0, t2 - t1)
+"""
+
+
+def first_call_costs(backend: str) -> dict:
+    """Seconds for ``import qkv`` and the first attention call, in fresh processes: with an
+    empty Numba cache (the compile) and with the cache the first run left (the usual case)."""
+    import subprocess
+    import tempfile
+
+    costs = {}
+    with tempfile.TemporaryDirectory() as cache:
+        env = dict(os.environ, NUMBA_CACHE_DIR=cache, QKV_BACKEND=backend)
+        for label in ("cold", "warm"):
+            run = subprocess.run([sys.executable, "-c", FIRST_CALL], env=env,
+                                 capture_output=True, text=True, timeout=300)
+            if run.returncode != 0:
+                return {"first call": math.nan}
+            imported, first = (float(x) for x in run.stdout.split())
+            costs[f"import qkv ({label})"] = imported
+            costs[f"first attention ({label} cache)"] = first
+    return costs
 
 
 def run(args: argparse.Namespace) -> int:
     if not args.keep_blas_env and any(v in os.environ for v in BLAS_ENV):
         env = {k: v for k, v in os.environ.items() if k not in BLAS_ENV}
-        # the same command line (qkv bench … or python -m qkv.bench …), before NumPy loads
+        # the same command line (qkv bench … or python -m qkv.commands.bench …), before NumPy
         os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], env)
+    if args.suite == "scaling":
+        from qkv.tasks import scaling
+
+        argv = ["--quick"] if args.quick else []
+        argv += ["--json", args.json] if args.json else []
+        argv += ["--plot", args.plot] if args.plot else []
+        return scaling.main(argv)
+    from qkv.engine import kernel_config
+
     cases = [c for c in CASES if not args.quick or c.name in QUICK]
     if args.only:
         cases = [c for c in cases if any(word in c.name for word in args.only)]
     repeats = 3 if args.quick else max(args.repeats, 5)
-    report_header(blas_description())
-    results = []
-    for case in cases:
-        results.append(measure(case, repeats, ("qkv", *args.peers.split(","))))
-        report_row(results[-1])
+    with kernel_config(backend=args.backend) as config:
+        backend = config.resolved_backend()
+        first = {} if args.quick else first_call_costs(backend)
+        load = competing_load() if args.load else None
+        try:
+            if load is not None:
+                time.sleep(1.0)
+                print("Under load: a competing process keeps one core busy.")
+            square = square_gemm_rate()
+            report_header(blas_description(), backend, square, first)
+            results = []
+            for case in cases:
+                results.append(measure(case, repeats, ("qkv", *args.peers.split(","))))
+                results[-1].square_fraction = results[-1].gflops / square
+                report_row(results[-1])
+        finally:
+            if load is not None:
+                load.kill()
+                load.wait()
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"blas": blas_description(), "cores": os.cpu_count(),
-                       "results": [asdict(r) for r in results]}, f, indent=2)
+            json.dump({"blas": blas_description(), "cores": os.cpu_count(), "backend": backend,
+                       "load": bool(args.load), "square_gemm_gflops": square,
+                       "first_call_s": first, "results": [asdict(r) for r in results]},
+                      f, indent=2)
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m qkv.bench", description=__doc__,
+    parser = argparse.ArgumentParser(prog="qkv bench", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     add_arguments(parser)
     return run(parser.parse_args(sys.argv[1:] if argv is None else argv))

@@ -6,18 +6,26 @@
   qkv train explain   for a checkpoint: one held-out query's attention weights over the pairs
                       (landing on the matching key), and over the whole held-out set how often
                       the largest weight falls on the matching key.
+  qkv train seq2seq   the seed's bottleneck: a GRU encoder–decoder with one fixed context
+                      vector vs the same model with attention, reversing random symbols;
+                      accuracy per input length (docs/seeds.md).
+  qkv train farback   one event far back in a 256-step window among recent distractors:
+                      attention vs a learned exponential decay vs a GRU, accuracy per lag.
 
 Examples:
   qkv train recall --seed 0 --checkpoint recall.safetensors
   qkv train recall --checkpoint recall.safetensors --resume --steps 3000
   qkv train explain --checkpoint recall.safetensors --index 3
+  qkv train seq2seq --seed 0 --json seq2seq.json --plot seq2seq.png --heatmap align.svg
+  qkv train farback --seed 0 --json farback.json --plot farback.png --heatmap weights.svg
 """
 
 from __future__ import annotations
 
 import argparse
 
-HELP = "train attention on associative recall in NumPy; explain a checkpoint's learned lookup"
+HELP = ("train attention in NumPy: associative recall, the seeds' seq2seq and far-back "
+        "experiments; explain a checkpoint")
 
 # flag → RecallConfig field, for the flags that define the model and data
 CONFIG_FLAGS = {"keys": "n_keys", "values": "n_values", "pairs": "n_pairs",
@@ -63,6 +71,57 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     exp.add_argument("--held-out", type=int, default=2000,
                      help="held-out sequences for the hit fraction (2000)")
     exp.set_defaults(train_run=run_explain)
+    _add_seq2seq(sub)
+    _add_farback(sub)
+
+
+def _add_outputs(p, what: str) -> None:
+    p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    p.add_argument("--steps", type=int, default=None,
+                   help="Adam steps per model (default: the config's; --quick: fewer)")
+    p.add_argument("--batch", type=int, default=None, help="sequences per step")
+    p.add_argument("--lr", type=float, default=None, help="Adam learning rate")
+    p.add_argument("--quick", action="store_true",
+                   help="a small, fast configuration (for tests and a first look)")
+    p.add_argument("--json", metavar="PATH", help="write the numbers as JSON")
+    p.add_argument("--plot", metavar="PATH",
+                   help=f"write {what} as an image (.png/.svg/.pdf; needs matplotlib: qkv[plot])")
+    p.add_argument("--heatmap", metavar="PATH",
+                   help="write attention weights as a heat map (.svg or .html, drawn by "
+                        "qkv.render)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def _add_seq2seq(sub) -> None:
+    p = sub.add_parser("seq2seq", help="fixed context vector vs attention, accuracy vs length",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    _add_outputs(p, "accuracy vs input length")
+    p.add_argument("--min-len", type=int, default=None, help="shortest input (default 4)")
+    p.add_argument("--max-len", type=int, default=None, help="longest input (default 40)")
+    p.add_argument("--symbols", type=int, default=None, help="symbol vocabulary (default 16)")
+    p.add_argument("--hidden", type=int, default=None, help="GRU hidden size (default 128)")
+    p.add_argument("--per-bucket", type=int, default=None,
+                   help="held-out sequences per length bucket (default 1000)")
+    p.add_argument("--save-dir", metavar="DIR",
+                   help="save both models as DIR/seq2seq-{fixed,attention}.safetensors")
+    p.set_defaults(train_run=run_seq2seq)
+
+
+def _add_farback(sub) -> None:
+    p = sub.add_parser("farback", help="a far-back event among recent distractors: "
+                       "attention vs recency vs GRU",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    _add_outputs(p, "accuracy vs lag")
+    p.add_argument("--window", type=int, default=None, help="window length (default 256)")
+    p.add_argument("--held-out", type=int, default=None,
+                   help="held-out series (default 2000)")
+    p.add_argument("--gru-gate-bias", type=float, default=None,
+                   help="add this to the GRU's update-gate bias at initialisation (default 0; "
+                        "3 makes it keep its state by default)")
+    p.add_argument("--weights-plot", metavar="PATH",
+                   help="write the attention weights over the window for six held-out series "
+                        "as line plots (.png/.svg; needs matplotlib)")
+    p.set_defaults(train_run=run_farback)
 
 
 def run(args: argparse.Namespace) -> int:  # dispatched through the subcommand's default
@@ -216,4 +275,188 @@ def run_explain(args: argparse.Namespace) -> int:
     console.print(f"over {args.held_out} held-out sequences: the largest weight falls on the "
                   f"matching key for [bold]{metrics['top_weight_hit']:.4f}[/bold] of queries; "
                   f"answer accuracy [bold]{metrics['accuracy']:.4f}[/bold]")
+    return 0
+
+
+# -- the seeds' experiments -------------------------------------------------------------------
+QUICK_SEQ2SEQ = {"max_len": 12, "d_hidden": 64, "d_attn": 8, "steps": 800}
+QUICK_FARBACK = {"window": 64, "steps": 200}
+
+
+def _experiment_progress(console, disable: bool):
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    return Progress(TextColumn("[bold]{task.description:>9}"), MofNCompleteColumn(), BarColumn(),
+                    TextColumn("loss {task.fields[loss]:.4f}"), TimeElapsedColumn(),
+                    TimeRemainingColumn(), console=console, disable=disable)
+
+
+def _config(cls, name: str, given: dict):
+    try:
+        return cls(**{k: v for k, v in given.items() if v is not None})
+    except ValueError as exc:
+        raise SystemExit(f"qkv train {name}: {exc}") from None
+
+
+def _outputs(console, args, result, plot_fn, name: str) -> None:
+    import json
+    from pathlib import Path
+
+    if args.json:
+        path = Path(args.json)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+        console.print(f"numbers: {path}")
+    if args.plot:
+        console.print(f"plot: {plot_fn(result, args.plot)}")
+
+
+def _check_heatmap(args, name: str) -> None:
+    if args.heatmap and not args.heatmap.lower().endswith((".svg", ".html", ".htm")):
+        raise SystemExit(f"qkv train {name}: --heatmap must end in .svg or .html, got "
+                         f"{args.heatmap!r}")
+    if args.plot or getattr(args, "weights_plot", None):
+        import importlib.util
+
+        if importlib.util.find_spec("matplotlib") is None:
+            raise SystemExit(f"qkv train {name}: --plot needs matplotlib, which is not "
+                             "installed: pip install 'qkv[plot]'")
+
+
+def run_seq2seq(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    import qkv
+    from qkv.tasks import plots
+    from qkv.tasks import seq2seq as s2s
+
+    _check_heatmap(args, "seq2seq")
+    given = dict(QUICK_SEQ2SEQ) if args.quick else {}
+    given.update({k: v for k, v in {
+        "seed": args.seed, "steps": args.steps, "batch": args.batch, "lr": args.lr,
+        "min_len": args.min_len, "max_len": args.max_len, "n_symbols": args.symbols,
+        "d_hidden": args.hidden}.items() if v is not None})
+    config = _config(s2s.Seq2SeqConfig, "seq2seq", given)
+    per_bucket = args.per_bucket if args.per_bucket is not None else (200 if args.quick else 1000)
+    if per_bucket < 1:
+        raise SystemExit(f"qkv train seq2seq: --per-bucket must be ≥ 1, got {per_bucket}")
+    console = Console()
+    sizes = {k: s2s.Seq2SeqModel(config, k).num_params for k in s2s.KINDS}
+    console.print(f"reverse {config.min_len}–{config.max_len} random symbols (vocabulary "
+                  f"{config.n_symbols}); GRU encoder–decoder, hidden {config.d_hidden}; "
+                  f"{config.steps} Adam steps of {config.batch} per model, seed {config.seed}")
+    console.print("parameters: " + ", ".join(f"{k} {n:,}" for k, n in sizes.items())
+                  + f" (attention/fixed = {sizes['attention'] / sizes['fixed']:.3f})")
+    progress = _experiment_progress(console, args.no_progress)
+    bars = {}
+    with progress:
+        for kind in s2s.KINDS:
+            bars[kind] = progress.add_task(kind, total=config.steps, loss=float("nan"))
+        result, models = s2s.experiment(
+            config, per_bucket,
+            on_step=lambda k, step, loss: progress.update(bars[k], completed=step, loss=loss))
+    table = Table(title=f"held-out, greedy decoding, {per_bucket} sequences per bucket")
+    table.add_column("input length")
+    for kind in s2s.KINDS:
+        table.add_column(f"{kind}\ntoken acc", justify="right")
+        table.add_column(f"{kind}\nexact", justify="right")
+    for i, (lo, hi) in enumerate(s2s.buckets(config)):
+        cells = []
+        for kind in s2s.KINDS:
+            row = result["models"][kind]["buckets"][i]
+            cells += [f"{row['token_accuracy']:.3f}", f"{row['exact_match']:.3f}"]
+        table.add_row(f"{lo}–{hi}", *cells)
+    console.print(table)
+    _outputs(console, args, result, plots.seq2seq_plot, "seq2seq")
+    if args.heatmap:
+        model = models["attention"]
+        n = min(24, config.max_len)
+        src, out, weights = s2s.alignment_example(model, n)
+        fig = qkv.show(weights, ([f"{t}:{o}" for t, o in enumerate(out)],
+                                 [f"{j}:{x}" for j, x in enumerate(src)]),
+                       title=f"attention model: output step (row) reads input position (column), "
+                             f"reversing {n} symbols")
+        console.print(f"alignment heat map: {fig.save(args.heatmap)}")
+    if args.save_dir:
+        from pathlib import Path
+
+        for kind, model in models.items():
+            path = model.save(Path(args.save_dir) / f"seq2seq-{kind}.safetensors",
+                              result["models"][kind])
+            console.print(f"checkpoint: {path}")
+    return 0
+
+
+def run_farback(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    import qkv
+    from qkv.tasks import farback as fb
+    from qkv.tasks import plots
+
+    _check_heatmap(args, "farback")
+    given = dict(QUICK_FARBACK) if args.quick else {}
+    given.update({k: v for k, v in {"seed": args.seed, "steps": args.steps, "batch": args.batch,
+                                    "lr": args.lr, "window": args.window,
+                                    "gru_gate_bias": args.gru_gate_bias}.items()
+                  if v is not None})
+    config = _config(fb.FarbackConfig, "farback", given)
+    n_held = args.held_out if args.held_out is not None else (800 if args.quick else 2000)
+    if n_held < 1:
+        raise SystemExit(f"qkv train farback: --held-out must be ≥ 1, got {n_held}")
+    console = Console()
+    console.print(f"a type-0 block trade at lag {config.min_lag}–{config.window} in a "
+                  f"{config.window}-step window; {config.n_recent} larger blocks of other types "
+                  f"after it and {config.n_anywhere} anywhere; {config.steps} Adam steps of "
+                  f"{config.batch} per model, seed {config.seed}"
+                  + (f"; GRU update-gate bias +{config.gru_gate_bias}"
+                     if config.gru_gate_bias else ""))
+    progress = _experiment_progress(console, args.no_progress)
+    bars = {}
+    with progress:
+        for kind in fb.KINDS:
+            bars[kind] = progress.add_task(kind, total=config.steps, loss=float("nan"))
+        result, models = fb.experiment(
+            config, n_held,
+            on_step=lambda k, step, loss: progress.update(bars[k], completed=step, loss=loss))
+    table = Table(title=f"held-out accuracy by lag ({n_held} series)")
+    table.add_column("model / rule", no_wrap=True)
+    table.add_column("params", justify="right")
+    for lo, hi in fb.lag_buckets(config):
+        table.add_column(f"lag\n{lo}–{hi}", justify="right")
+    table.add_column("all", justify="right")
+    for kind, run in result["models"].items():
+        table.add_row(kind, f"{run['parameters']:,}",
+                      *(f"{r['accuracy']:.3f}" for r in run["by_lag"]), f"{run['accuracy']:.3f}")
+    for name, rule in result["recency_rules"].items():
+        table.add_row(f"[dim]rule: {name}[/dim]", "—",
+                      *(f"{r['accuracy']:.3f}" for r in rule["by_lag"]),
+                      f"{rule['accuracy']:.3f}")
+    console.print(table)
+    att = result["models"]["attention"]
+    console.print(f"attention: the largest weight falls on the event in "
+                  f"{att['top_weight_on_event']:.3f} of held-out series (mean weight there "
+                  f"{att['mean_weight_on_event']:.3f})")
+    _outputs(console, args, result, plots.farback_plot, "farback")
+    if args.heatmap:
+        weights, labels, s = fb.weight_examples(models["attention"])
+        lags = [config.window - j for j in range(config.window)]
+        fig = qkv.show(weights, (labels, [str(lag) for lag in lags]),
+                       title="attention weights over the window (columns: lag), one held-out "
+                             "series per row: lag, sign, right?")
+        path = fig.save(args.heatmap)
+        console.print(f"attention weights heat map: {path}")
+    if args.weights_plot:
+        weights, labels, s = fb.weight_examples(models["attention"])
+        console.print(f"attention weights plot: "
+                      f"{plots.farback_weights_plot(weights, labels, s, args.weights_plot)}")
     return 0

@@ -43,7 +43,8 @@ def check_size(n_bytes: int, max_bytes: int | None, what: str, fix: str) -> None
         )
 
 
-def attention(q, k, v, mask=None, bias=None, scale=None, *, return_lse=False, check_finite=True):
+def attention(q, k, v, mask=None, bias=None, scale=None, *, return_lse=False, check_finite=True,
+              softcap=None):
     """softmax(q kᵀ · scale + bias) v, exactly, in memory that does not grow with Nq × Nk.
 
     Args:
@@ -60,6 +61,8 @@ def attention(q, k, v, mask=None, bias=None, scale=None, *, return_lse=False, ch
         return_lse: also return ``lse (..., Hq, Nq)``, the log-sum-exp of each row's scaled
             scores (natural log; float32 for float16 inputs). The backward needs it.
         check_finite: raise ValueError if q, k, v or bias hold NaN or inf.
+        softcap: soft-capping of the scores, ``c · tanh(scale·q·k / c)`` before the bias
+            (Gemma 2; flash-attn's ``softcap``); None for none.
 
     Returns:
         ``out (..., Hq, Nq, Dv)`` in the inputs' dtype, or ``(out, lse)``. A query with no
@@ -71,7 +74,7 @@ def attention(q, k, v, mask=None, bias=None, scale=None, *, return_lse=False, ch
     accumulated in float32. Memory beyond the inputs and output is O(tile² + (Nq + Nk)·D) per
     worker thread: the Nq × Nk matrix is never built.
     """
-    p = prepare(q, k, v, mask, bias, scale, check_finite=check_finite)
+    p = prepare(q, k, v, mask, bias, scale, check_finite=check_finite, softcap=softcap)
     out, lse = kernel.forward(p)
     out = p.present(out)
     return (out, p.present(lse, -2)) if return_lse else out
@@ -97,7 +100,7 @@ def query_rows(rows, nq: int) -> np.ndarray:
 
 
 def attention_weights(q, k, mask=None, bias=None, scale=None, *, rows=None, check_finite=True,
-                      max_bytes=None):
+                      max_bytes=None, softcap=None):
     """The exact softmax weights ``(..., Hq, R, Nk)`` for query rows ``rows`` (all if None).
 
     ``rows`` is a list of query indices or a slice. Only the requested rows are computed — a
@@ -105,7 +108,7 @@ def attention_weights(q, k, mask=None, bias=None, scale=None, *, rows=None, chec
     with no allowed key, have weight 0. Each row sums to 1 (or is all 0). A result larger than
     ``max_bytes`` (default 1 GiB) is refused with an error: ask for fewer rows.
     """
-    p = prepare(q, k, None, mask, bias, scale, check_finite=check_finite)
+    p = prepare(q, k, None, mask, bias, scale, check_finite=check_finite, softcap=softcap)
     if rows is not None:
         p = p.rows(query_rows(rows, p.nq))
     n_bytes = math.prod(p.batch_shape) * p.hq * p.nq * p.nk * p.dtype.itemsize
@@ -115,7 +118,7 @@ def attention_weights(q, k, mask=None, bias=None, scale=None, *, rows=None, chec
 
 
 def attention_backward(q, k, v, out, lse, dout, mask=None, bias=None, scale=None, *,
-                       check_finite=True):
+                       dlse=None, deterministic=False, check_finite=True, softcap=None):
     """Gradients ``(dq, dk, dv)`` of a scalar loss, given ``dout`` = ∂loss/∂out.
 
     ``out`` and ``lse`` are what ``attention(q, k, v, ..., return_lse=True)`` returned for the
@@ -123,8 +126,12 @@ def attention_backward(q, k, v, out, lse, dout, mask=None, bias=None, scale=None
     memory stays O(tile² + (Nq + Nk)·D) per worker. dk and dv are summed over the query heads
     that share a kv head (GQA) and over any batch dims k and v were broadcast along. Rows with
     no allowed key (lse = −inf) get zero gradient. Results have the shapes and dtype of q, k, v.
+
+    ``dlse`` (shaped like ``lse``) is ∂loss/∂lse, for losses that use the log-sum-exp too (it
+    adds ``P ∘ dlse`` to dS). ``deterministic=True`` makes the gradients bitwise identical on
+    every run and thread count (dq in its own pass, key tiles in a fixed order; ~60% more time).
     """
-    p = prepare(q, k, v, mask, bias, scale, check_finite=check_finite)
+    p = prepare(q, k, v, mask, bias, scale, check_finite=check_finite, softcap=softcap)
     shown_out = p.present(np.empty(p.out_shape(p.dv), dtype=bool)).shape
     out = check_like(out, "out", shown_out, "attention(q, k, v) output")
     dout = check_like(dout, "dout", shown_out, "attention(q, k, v) output")
@@ -138,9 +145,15 @@ def attention_backward(q, k, v, out, lse, dout, mask=None, bias=None, scale=None
         for name, arr in (("out", out), ("dout", dout)):
             if not np.isfinite(arr).all():
                 raise ValueError(f"{name} contains NaN or inf")
+    if dlse is not None:
+        dlse = check_like(dlse, "dlse", shown_out[:-1], "lse")
+        if not np.isfinite(dlse).all():
+            raise ValueError("dlse contains NaN or inf")
     shape_out = p.out_shape(p.dv)
     dq, dk, dv = kernel.backward(p, out.reshape(shape_out), lse.reshape(shape_out[:-1]),
-                                 dout.reshape(shape_out))
+                                 dout.reshape(shape_out),
+                                 None if dlse is None else dlse.reshape(shape_out[:-1]),
+                                 deterministic=bool(deterministic))
     grads = []
     for grad, given, heads in ((dq, q, p.hq), (dk, k, p.hkv), (dv, v, p.hkv)):
         full = grad.reshape(*p.batch_shape, heads, *grad.shape[-2:])

@@ -115,42 +115,62 @@ def alibi_slopes(n_heads: int) -> np.ndarray:
 
 @dataclass(frozen=True, eq=False)
 class _ALiBi(Bias):
-    """bias[h, i, j] = −slope[h] · |position(i) − j|, positions aligned bottom-right."""
+    """bias[b, h, i, j] = −slope[b, h] · |position(i) − j|, positions aligned bottom-right
+    (per sequence with key_lengths/query_lengths, as the position masks)."""
 
     slopes: np.ndarray | None
+    key_lengths: np.ndarray | None = None
+    query_lengths: np.ndarray | None = None
 
     def bind(self, layout: Layout) -> BoundBias:
         slopes = alibi_slopes(layout.heads) if self.slopes is None else self.slopes
-        if slopes.shape != (layout.heads,):
+        target = (*layout.batch_shape, layout.heads)
+        if slopes.shape[-1:] != (layout.heads,) or not broadcasts_to(slopes.shape, target):
             raise ValueError(
-                f"bias: alibi slopes have shape {slopes.shape} but q has {layout.heads} heads: "
-                f"pass one slope per query head, shape ({layout.heads},)"
+                f"bias: alibi slopes have shape {slopes.shape} but q has {layout.heads} heads "
+                f"(batch dims {layout.batch_shape}): pass one slope per query head, shape "
+                f"({layout.heads},), or per sequence and head, shaped like {target}"
             )
-        return _BoundALiBi(layout, slopes)
+        per_sequence = np.broadcast_to(slopes, target).reshape(-1, layout.heads)  # (B, H)
+        # The same alignment as the position masks: reuse the mask's per-sequence offsets.
+        from .masks.position import Window
+
+        offsets = Window(self.key_lengths, self.query_lengths)._offsets(layout)
+        return _BoundALiBi(layout, per_sequence, offsets)
 
 
 @dataclass(frozen=True, eq=False)
 class _BoundALiBi(BoundBias):
     layout: Layout
-    slopes: np.ndarray  # (H,)
+    slopes: np.ndarray  # (B or 1, H)
+    offsets: np.ndarray | None  # (B,) per-sequence alignment, or None: Nk − Nq
 
     def tile(self, qi, kj, b, h):
-        distance = np.abs((qi + self.layout.offset)[:, None] - kj[None, :])  # (tq, tk)
-        return -self.slopes[h] * distance
+        offset = self.layout.offset if self.offsets is None else int(self.offsets[b])
+        distance = np.abs((qi + offset)[:, None] - kj[None, :])  # (tq, tk)
+        return -self.slopes[b if len(self.slopes) > 1 else 0, h] * distance
 
     def magnitude(self):
         longest = max(self.layout.nq, self.layout.nk)
+        if self.offsets is not None and self.offsets.size:
+            longest += int(np.abs(self.offsets).max())
         return float(np.abs(self.slopes).max(initial=0.0)) * longest
 
 
-def alibi(slopes=None) -> Bias:
+def alibi(slopes=None, *, key_lengths=None, query_lengths=None) -> Bias:
     """ALiBi (Press et al., 2022): a linear penalty on query–key distance, computed per tile.
 
-    ``slopes`` has one entry per query head; by default the paper's geometric slopes for the
-    number of heads of q. With ``causal()`` this is exactly ALiBi's ``slope · (j − i)``.
+    ``slopes`` has one entry per query head — or shape ``(..., H)`` shaped like the batch dims
+    for per-sequence slopes; by default the paper's geometric slopes for the number of heads of
+    q. With ``causal()`` this is exactly ALiBi's ``slope · (j − i)``. ``key_lengths`` and
+    ``query_lengths`` align each sequence of a padded batch by its own lengths, as
+    ``qkv.causal(key_lengths=...)`` does.
     """
+    from .masks.position import _lengths
+
+    klen, qlen = _lengths(key_lengths, query_lengths, "alibi")
     if slopes is None:
-        return _ALiBi(None)
+        return _ALiBi(None, klen, qlen)
     arr = np.asarray(slopes)
     if arr.dtype.kind not in "iuf":
         raise TypeError(
@@ -158,9 +178,9 @@ def alibi(slopes=None) -> Bias:
             f"(dtype {arr.dtype})"
         )
     arr = arr.astype(np.float64)
-    if arr.ndim != 1 or not np.isfinite(arr).all():
-        raise ValueError(f"alibi: slopes must be a finite 1-D array (one per head), got {slopes!r}")
-    return _ALiBi(arr)
+    if arr.ndim < 1 or not np.isfinite(arr).all():
+        raise ValueError(f"alibi: slopes must be a finite array (..., H), got {slopes!r}")
+    return _ALiBi(arr, klen, qlen)
 
 
 def as_bias(bias) -> Bias | None:

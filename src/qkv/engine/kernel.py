@@ -4,12 +4,13 @@ Forward (FlashAttention-2, Algorithm 1), for each query tile Q_i of one (batch, 
 
     m = −∞, ℓ = 0, acc = 0                                   (per query row)
     for each key tile K_j, V_j the mask does not classify EMPTY:
-        S   = Q_i K_jᵀ · scale (+ bias)                       the tile's scores   (tq, tk)
-        m, ℓ, acc, P = online_softmax(S, allowed, m, ℓ, acc)  step: P = exp(S − m_new)
+        Sᵀ  = K_j Q_iᵀ · scale (+ bias)                       the tile's scores   (tk, tq)
+        m, ℓ, acc, Pᵀ = online_softmax(Sᵀ, allowed, m, ℓ, acc)  step: P = exp(S − m_new)
         acc += P V_j                                           (tq, Dv)
     out = acc / ℓ,   lse = m + log ℓ                          (ℓ = 0: no key → 0, −∞)
 
-so no Nq × Nk array ever exists. The element-wise half of each tile is the *tile step*
+so no Nq × Nk array ever exists. Tiles are stored transposed, keys × queries (see :mod:`.step`
+for why). The element-wise half of each tile is the *tile step*
 (:mod:`.step`, NumPy or compiled); the GEMMs stay with the BLAS. The same step serves the
 backward (weights recomputed from lse), ``attention_weights``, small problems (all heads at
 once, as one batch of rows) and ring attention (which calls :func:`forward` per kv shard).
@@ -32,6 +33,10 @@ from .problem import Problem
 from .tiles import KernelConfig, blocks, current
 
 __all__ = ["backward", "forward", "has_work", "weights"]
+
+# Below this much work (multiply-adds) a call is too small for holding the BLAS to one thread to
+# pay for itself (~30 µs, see threads.run); its GEMMs are too small for BLAS threads anyway.
+BLAS_HOLD_MIN = 1 << 20
 
 
 # --------------------------------------------------------------------------------------------
@@ -116,16 +121,69 @@ def _step_for(p: Problem, cfg: KernelConfig):
     return backend, steps.get(backend)
 
 
-def _tile_scores(p: Problem, q_scaled, k, b, h, qi, kj) -> np.ndarray:
-    """S = (q · scale) kᵀ (+ bias): one tile's scores in natural units, ``(tq, tk)``."""
-    s = q_scaled @ k.T
+def _softcap(p: Problem, s: np.ndarray) -> np.ndarray | None:
+    """s ← c · tanh(s / c) in place (with a softcap); returns tanh(s / c), which the backward's
+    chain rule needs (d/dx c·tanh(x/c) = 1 − tanh²), or None without a softcap."""
+    if p.softcap is None:
+        return None
+    c = s.dtype.type(p.softcap)
+    s /= c
+    np.tanh(s, out=s)
+    t = s.copy()
+    s *= c
+    return t
+
+
+def _tile_scores(p: Problem, q_scaled, k, b, h, qi, kj, *, keep_tanh=False):
+    """Sᵀ = k (q · scale)ᵀ (softcapped, + bias): one tile's scores in natural units, transposed
+    ``(tk, tq)`` — and with ``keep_tanh``, ``(Sᵀ, tanh)`` for the softcap's derivative."""
+    s = k @ q_scaled.T
+    t = _softcap(p, s)
     if p.bias is not None:
-        s += p.bias.tile(qi, kj, b, h)
-    return s
+        s += np.asarray(p.bias.tile(qi, kj, b, h)).T
+    return (s, t) if keep_tanh else s
 
 
-def _work(p: Problem, passes: float = 1.0) -> float:
-    return passes * p.batch_size * p.hq * p.nq * p.nk * (p.dk + p.dv)
+def _allowed_t(kind: int, block) -> np.ndarray | None:
+    """A PARTIAL tile's block ``(tq, tk)`` as the step wants it: ``(1, tk, tq)``, contiguous."""
+    return None if kind != PARTIAL else np.ascontiguousarray(block().T)[None]
+
+
+def _bad_rows(p: Problem, x: np.ndarray) -> np.ndarray | None:
+    """Rows of k or v holding NaN/inf, when the caller skipped the finiteness check; else None.
+
+    Such rows may sit in masked slots (a KV cache's unused, uninitialised tail): their weights
+    are exactly 0, but a GEMM would still compute 0 · NaN = NaN. :func:`_dot` keeps them out.
+    """
+    if p.checked_finite:
+        return None
+    bad = ~np.isfinite(x).all(axis=-1)
+    return bad if bad.any() else None
+
+
+def _dot(weights: np.ndarray, x: np.ndarray, bad: np.ndarray | None) -> np.ndarray:
+    """``weights @ x`` (R, T) @ (T, D), where rows of x flagged ``bad`` (non-finite) reach only
+    the output rows that give them a non-zero weight — as the formula says, not as 0 · NaN."""
+    if bad is None or not bad.any():
+        return weights @ x
+    result = weights @ np.where(bad[:, None], 0, x)
+    uses_bad = (weights[:, bad] != 0).any(axis=1)
+    if uses_bad.any():
+        result[uses_bad] += weights[np.ix_(uses_bad, bad)] @ x[bad]
+    return result
+
+
+def _in_compute(p: Problem, x: np.ndarray) -> np.ndarray:
+    """k or v as ``(B, H, N, D)`` in the compute dtype: float16 is converted once per call (not
+    once per tile — a query tile per head would otherwise convert the whole head again)."""
+    flat = p.flat(x)
+    return flat if flat.dtype == p.compute else flat.astype(p.compute)
+
+
+def _run(p: Problem, cfg: KernelConfig, worker, items, passes: float = 1.0) -> None:
+    """Run the work items on the pool, sized by the problem's work (multiply-adds × passes)."""
+    work = passes * p.batch_size * p.hq * p.nq * p.nk * (p.dk + p.dv)
+    threads.run(worker, items, cfg.num_workers(work), hold_blas=work > BLAS_HOLD_MIN)
 
 
 # --------------------------------------------------------------------------------------------
@@ -160,8 +218,8 @@ def _forward_tiled(p, cfg, step, out, lse) -> None:
              for b in range(p.batch_size) for h in range(p.hq)]
     out_flat = None if out is None else p.flat(out)
     lse_flat = p.flat(lse[..., None])[..., 0]  # (B, Hq, Nq)
-    q, k = p.flat(p.q), p.flat(p.k)
-    v = None if out is None else p.flat(p.v)
+    q, k = p.flat(p.q), _in_compute(p, p.k)
+    v = None if out is None else _in_compute(p, p.v)
     c = p.compute
 
     def worker(_: int, item) -> None:
@@ -170,33 +228,34 @@ def _forward_tiled(p, cfg, step, out, lse) -> None:
         q_scaled = q[b, h, q0:q1].astype(c) * c.type(p.scale)  # (tq, Dk)
         k_bh = k[b, hk].astype(c, copy=False)  # (Nk, Dk)
         v_bh = None if v is None else v[b, hk].astype(c, copy=False)  # (Nk, Dv)
+        bad_v = None if v is None else _bad_rows(p, v_bh)
         tq = q1 - q0
         m = np.full(tq, -np.inf, dtype=c)  # running max
         row_sum = np.zeros(tq, dtype=c)  # running sum ℓ of exp(s − m)
         acc = None if v is None else np.zeros((tq, p.dv), dtype=c)  # (tq, Dv)
         for r0, r1, k0, k1, kind, block in planner.plan(b, h, q0, q1):
             qi, kj = p.q_pos[q0 + r0: q0 + r1], p.k_pos[k0:k1]
-            s = _tile_scores(p, q_scaled[r0:r1], k_bh[k0:k1], b, h, qi, kj)  # (tr, tk)
-            allowed = block() if kind == PARTIAL else None
-            step.online_softmax(s, allowed, m[r0:r1], row_sum[r0:r1],
-                                None if acc is None else acc[r0:r1])
-            if acc is not None:
-                acc[r0:r1] += s @ v_bh[k0:k1]  # (tr, Dv)
+            s = _tile_scores(p, q_scaled[r0:r1], k_bh[k0:k1], b, h, qi, kj)  # (tk, tr)
+            step.online_softmax(s[None], _allowed_t(kind, block), m[None, r0:r1],
+                                row_sum[None, r0:r1], None if acc is None else acc[None, r0:r1])
+            if acc is not None:  # acc += P V: (tr, tk) @ (tk, Dv)
+                acc[r0:r1] += _dot(s.T, v_bh[k0:k1], None if bad_v is None else bad_v[k0:k1])
         lse_flat[b, h, q0:q1] = _finish(m, row_sum, acc)
         if acc is not None:
             out_flat[b, h, q0:q1] = acc
 
-    threads.run(worker, items, cfg.num_workers(_work(p)))
+    _run(p, cfg, worker, items)
 
 
 def _finish(m: np.ndarray, row_sum: np.ndarray, acc: np.ndarray | None) -> np.ndarray:
-    """out = acc / ℓ in place and lse = m + log ℓ; rows with ℓ = 0 had no key: 0 and −inf."""
+    """out = acc / ℓ in place and lse = m + log ℓ; rows with ℓ = 0 had no key: 0 and −inf.
+    ``m`` and ``row_sum`` have one entry per query, ``acc`` one row per query."""
     has_keys = row_sum > 0
     lse = np.full_like(m, -np.inf)
     np.add(m, np.log(row_sum, where=has_keys, out=np.zeros_like(row_sum)), out=lse,
            where=has_keys)
     if acc is not None:
-        np.divide(acc, row_sum[:, None], out=acc, where=has_keys[:, None])
+        np.divide(acc, row_sum[..., None], out=acc, where=has_keys[..., None])
         acc[~has_keys] = 0
     return lse
 
@@ -208,50 +267,66 @@ def _small_chunks(p: Problem) -> list[slice]:
     return [slice(i, min(i + size, p.batch_size)) for i in range(0, p.batch_size, size)]
 
 
-def _small_scores(p: Problem, rows: slice):
-    """All heads at once: scores ``(b, Hkv, G, Nq, Nk)`` and the allowed pairs (or None)."""
+def _small_scores(p: Problem, rows: slice, *, keep_tanh=False):
+    """All heads at once, transposed: scores ``(b, Hkv, G, Nk, Nq)`` and the allowed pairs in
+    the same layout (or None), for the batch elements ``rows``."""
     c = p.compute
     g = (p.hkv, p.group)
     q = p.flat(p.q)[rows].reshape(-1, *g, p.nq, p.dk)  # (b, Hkv, G, Nq, Dk)
     k = p.flat(p.k)[rows][:, :, None]  # (b, Hkv, 1, Nk, Dk)
-    s = (q.astype(c) * c.type(p.scale)) @ np.swapaxes(k.astype(c, copy=False), -1, -2)
-    # Broadcasting matmuls may return a strided result; the step works on rows of a view of it.
-    s = np.ascontiguousarray(s)
+    s = k.astype(c, copy=False) @ np.swapaxes(q.astype(c) * c.type(p.scale), -1, -2)
+    # Broadcasting matmuls may return a strided result; the step works on a view of it.
+    s = np.ascontiguousarray(s)  # (b, Hkv, G, Nk, Nq)
+    t = _softcap(p, s)
     shape = (p.batch_size, p.hq, p.nq, p.nk)
     if p.bias is not None:
-        bias = p.bias.dense(p.q_pos, p.k_pos).reshape(shape)
-        s += bias[rows].reshape(s.shape)
+        bias = p.bias.dense(p.q_pos, p.k_pos).reshape(shape)[rows]
+        s += np.swapaxes(bias.reshape(*s.shape[:3], p.nq, p.nk), -1, -2)
     allowed = None
     if p.mask is not None:
         dense = p.mask.dense(p.q_pos, p.k_pos)  # (*batch or 1s, Hq or 1, Nq, Nk)
-        dense = np.broadcast_to(dense.reshape(-1, *dense.shape[-3:]), shape)
-        allowed = np.ascontiguousarray(dense[rows]).reshape(s.shape)
-    return s, allowed
+        dense = np.broadcast_to(dense.reshape(-1, *dense.shape[-3:]), shape)[rows]
+        allowed = np.ascontiguousarray(np.swapaxes(dense, -1, -2)).reshape(s.shape)
+    return (s, allowed, t) if keep_tanh else (s, allowed)
+
+
+def _planes(x: np.ndarray | None, last: int) -> np.ndarray | None:
+    """``(b, Hkv, G, A, B)`` → ``(b·Hq, A, B)``: one plane per (batch element, head), a view."""
+    return None if x is None else x.reshape(-1, x.shape[-2], last)
 
 
 def _forward_small(p, cfg, step, out, lse) -> None:
-    """Problems whose score matrix per head fits in one tile: one tile step over all rows of all
-    heads (each row is its own softmax, so heads and batch elements are just more rows)."""
+    """Problems whose score matrix per head fits in one tile: one tile step over every
+    (batch element, head) plane at once — each query's softmax is its own, so heads and batch
+    elements are just more planes."""
     c = p.compute
-    lse_flat = lse.reshape(p.batch_size, p.hq * p.nq)
+    lse_flat = lse.reshape(p.batch_size, p.hq, p.nq)
     out_g = None if out is None else out.reshape(p.batch_size, p.hkv, p.group, p.nq, p.dv)
     v = None if out is None else p.flat(p.v)[:, :, None]  # (B, Hkv, 1, Nk, Dv)
 
     def worker(_: int, rows: slice) -> None:
-        s, allowed = _small_scores(p, rows)  # (b, Hkv, G, Nq, Nk)
-        flat_rows = s.shape[0] * p.hq * p.nq
-        m = np.full(flat_rows, -np.inf, dtype=c)
-        row_sum = np.zeros(flat_rows, dtype=c)
-        s2 = s.reshape(flat_rows, p.nk)  # a view: rows of every head
-        step.online_softmax(s2, None if allowed is None else allowed.reshape(s2.shape),
-                            m, row_sum, None)
-        lse_flat[rows] = _finish(m, row_sum, None).reshape(-1, p.hq * p.nq)
-        if out_g is not None:
-            acc = (s @ v[rows].astype(c, copy=False)).reshape(flat_rows, p.dv)
-            _finish(m, row_sum, acc)
-            out_g[rows] = acc.reshape(-1, p.hkv, p.group, p.nq, p.dv)
+        s, allowed = _small_scores(p, rows)  # (b, Hkv, G, Nk, Nq)
+        n = s.shape[0]
+        m = np.full((n * p.hq, p.nq), -np.inf, dtype=c)
+        row_sum = np.zeros((n * p.hq, p.nq), dtype=c)
+        step.online_softmax(_planes(s, p.nq), _planes(allowed, p.nq), m, row_sum, None)
+        lse_flat[rows] = _finish(m, row_sum, None).reshape(n, p.hq, p.nq)
+        if out_g is None:
+            return
+        v_rows = v[rows].astype(c, copy=False)  # (b, Hkv, 1, Nk, Dv)
+        weights = np.swapaxes(s, -1, -2)  # P (b, Hkv, G, Nq, Nk)
+        if p.checked_finite or np.isfinite(v_rows).all():
+            acc = weights @ v_rows  # (b, Hkv, G, Nq, Dv)
+        else:  # non-finite values (check_finite=False): plane by plane, kept out of 0 weights
+            vb = np.broadcast_to(v_rows, (*s.shape[:3], p.nk, p.dv))
+            acc = np.stack([_dot(w, x, _bad_rows(p, x)) for w, x in
+                            zip(weights.reshape(-1, p.nq, p.nk), vb.reshape(-1, p.nk, p.dv),
+                                strict=True)]).reshape(*s.shape[:3], p.nq, p.dv)
+        acc = np.ascontiguousarray(acc).reshape(n * p.hq, p.nq, p.dv)
+        _finish(m, row_sum, acc)
+        out_g[rows] = acc.reshape(n, p.hkv, p.group, p.nq, p.dv)
 
-    threads.run(worker, _small_chunks(p), cfg.num_workers(_work(p)))
+    _run(p, cfg, worker, _small_chunks(p))
 
 
 # --------------------------------------------------------------------------------------------
@@ -262,8 +337,8 @@ def weights(p: Problem) -> np.ndarray:
 
     First the forward's lse for these rows, then each tile's weights recomputed from it with
     the step's ``probabilities`` — as the backward does — and each row divided by its sum, so
-    the memory is the result plus a tile. Empty tiles are never computed. Weights below the dtype's smallest normal number
-    (1.2e-38 in float32) are returned as 0.
+    the memory is the result plus a tile. Empty tiles are never computed. Weights below the
+    dtype's smallest normal number (1.2e-38 in float32) are returned as 0.
     """
     result = np.zeros((*p.batch_shape, p.hq, p.nq, p.nk), dtype=p.dtype)
     if p.empty:
@@ -272,30 +347,39 @@ def weights(p: Problem) -> np.ndarray:
     cfg = current()
     _, step = _step_for(p, cfg)
     c = p.compute
-    planner = _Planner(p, cfg, cfg.tile_k)
-    flat, lse_flat = p.flat(result), p.flat(lse[..., None])[..., 0]
-    q, k = p.flat(p.q), p.flat(p.k)
-    items = [(b, h, q0, q1) for q0, q1 in blocks(p.nq, cfg.tile_q)
-             for b in range(p.batch_size) for h in range(p.hq)]
+    flat, lse_flat = p.flat(result), p.flat(lse[..., None])[..., 0]  # (B, Hq, Nq, Nk), (B, Hq, Nq)
 
-    def worker(_: int, item) -> None:
-        b, h, q0, q1 = item
-        q_scaled = q[b, h, q0:q1].astype(c) * c.type(p.scale)
-        k_bh = k[b, h // p.group].astype(c, copy=False)
-        for r0, r1, k0, k1, kind, block in planner.plan(b, h, q0, q1):
-            qi, kj = p.q_pos[q0 + r0: q0 + r1], p.k_pos[k0:k1]
-            s = _tile_scores(p, q_scaled[r0:r1], k_bh[k0:k1], b, h, qi, kj)
-            step.probabilities(s, block() if kind == PARTIAL else None,
-                               lse_flat[b, h, q0 + r0: q0 + r1])
-            flat[b, h, q0 + r0: q0 + r1, k0:k1] = s
-        # exp(s − lse) sums to 1 up to the exponential's rounding (≈ |s − lse|·eps): divide by
-        # the actual sum so that every row sums to 1 to the dtype's precision.
-        rows = flat[b, h, q0:q1]
-        total = rows.sum(axis=-1, dtype=c, keepdims=True)
-        np.divide(rows, total, out=rows, where=total > 0)
+    if p.nq * p.nk <= cfg.small:  # all heads at once, as the small forward
+        def small(_: int, rows: slice) -> None:
+            s, allowed = _small_scores(p, rows)  # (b, Hkv, G, Nk, Nq)
+            step.probabilities(_planes(s, p.nq), _planes(allowed, p.nq),
+                               lse_flat[rows].reshape(-1, p.nq))
+            flat[rows] = np.swapaxes(s, -1, -2).reshape(-1, p.hq, p.nq, p.nk)
 
-    threads.run(worker, items, cfg.num_workers(_work(p)))
-    # float16 results: weights below float16's normal range flush to 0 as well.
+        _run(p, cfg, small, _small_chunks(p))
+    else:
+        planner = _Planner(p, cfg, cfg.tile_k)
+        q, k = p.flat(p.q), _in_compute(p, p.k)
+        items = [(b, h, q0, q1) for q0, q1 in blocks(p.nq, cfg.tile_q)
+                 for b in range(p.batch_size) for h in range(p.hq)]
+
+        def worker(_: int, item) -> None:
+            b, h, q0, q1 = item
+            q_scaled = q[b, h, q0:q1].astype(c) * c.type(p.scale)
+            k_bh = k[b, h // p.group].astype(c, copy=False)
+            for r0, r1, k0, k1, kind, block in planner.plan(b, h, q0, q1):
+                qi, kj = p.q_pos[q0 + r0: q0 + r1], p.k_pos[k0:k1]
+                s = _tile_scores(p, q_scaled[r0:r1], k_bh[k0:k1], b, h, qi, kj)  # (tk, tr)
+                step.probabilities(s[None], _allowed_t(kind, block),
+                                   lse_flat[None, b, h, q0 + r0: q0 + r1])
+                flat[b, h, q0 + r0: q0 + r1, k0:k1] = s.T
+
+        _run(p, cfg, worker, items)
+    # exp(s − lse) sums to 1 up to the exponential's rounding (≈ |s − lse|·eps): divide by the
+    # actual sum so that every row sums to 1 to the dtype's precision.
+    total = flat.sum(axis=-1, dtype=c, keepdims=True)
+    np.divide(flat, total, out=flat, where=total > 0)
+    # Weights below the result dtype's normal range (float16's, say) flush to 0 as well.
     np.copyto(result, 0, where=result < np.finfo(p.dtype).tiny)
     return result
 
@@ -303,7 +387,8 @@ def weights(p: Problem) -> np.ndarray:
 # --------------------------------------------------------------------------------------------
 # Backward
 # --------------------------------------------------------------------------------------------
-def backward(p: Problem, out: np.ndarray, lse: np.ndarray, dout: np.ndarray):
+def backward(p: Problem, out: np.ndarray, lse: np.ndarray, dout: np.ndarray,
+             dlse: np.ndarray | None = None, *, deterministic: bool = False):
     """Gradients ``(dq, dk, dv)`` as ``(B, H, N, D)`` arrays in the compute dtype (flat batch).
 
     FlashAttention-2's backward: for each key tile (a work item), walk every query tile of every
@@ -313,7 +398,13 @@ def backward(p: Problem, out: np.ndarray, lse: np.ndarray, dout: np.ndarray):
         dQ_i += dS K_j · scale,   with Δ_i = rowsum(dO_i ∘ O_i).
 
     dK and dV of a key tile belong to one work item; dQ gets contributions from every key tile,
-    so each worker thread accumulates dQ privately and the copies are summed at the end.
+    so each worker thread accumulates dQ privately and the copies are summed at the end — in an
+    order that depends on which thread took which tile. ``deterministic=True`` instead computes
+    dQ in a second pass that owns its query rows and visits key tiles in order: bitwise the same
+    on every run and thread count, for about 60% more backward time.
+
+    ``dlse`` (``(B, Hq, Nq)``, or None) is ∂loss/∂lse for losses that use the lse too. Since
+    ∂lse_i/∂S_ij = P_ij, it enters as dS = P ∘ (dP − Δ + dlse): Δ is replaced by Δ − dlse.
     """
     c = p.compute
     dq_shape = (p.batch_size, p.hq, p.nq, p.dk)
@@ -327,29 +418,45 @@ def backward(p: Problem, out: np.ndarray, lse: np.ndarray, dout: np.ndarray):
     out_f = out.reshape(p.batch_size, p.hq, p.nq, p.dv)
     # Δ_i = rowsum(dO ∘ O) = Σ_j P_ij (dO_i · v_j), the softmax-Jacobian term.
     delta = np.einsum("bhnd,bhnd->bhn", dout_f.astype(c), out_f.astype(c))  # (B, Hq, Nq)
+    if dlse is not None:
+        delta -= dlse.reshape(delta.shape).astype(c)
     lse_f = lse.reshape(p.batch_size, p.hq, p.nq).astype(c)
     if p.nq * p.nk <= cfg.small:
         result = _backward_small(p, cfg, step, delta, lse_f, dout_f)
         path = "small"
     else:
-        result = _backward_tiled(p, cfg, step, delta, lse_f, dout_f, dk, dv)
+        result = _backward_tiled(p, cfg, step, delta, lse_f, dout_f, dk, dv, deterministic)
         path = "tiled"
     if cfg.stats is not None:
         cfg.stats.add_path(f"{path} backward {backend}")
     return result
 
 
-def _backward_tiled(p, cfg, step, delta, lse_f, dout_f, dk, dv):
+def _softcap_grad(ds: np.ndarray, t: np.ndarray | None) -> None:
+    """dS with respect to the capped scores → with respect to the raw ones: × (1 − tanh²)."""
+    if t is not None:
+        t *= t
+        np.subtract(1, t, out=t)
+        ds *= t
+
+
+def _backward_tiled(p, cfg, step, delta, lse_f, dout_f, dk, dv, deterministic=False):
     c = p.compute
     scale = c.type(p.scale)
     dq_parts: dict[int, np.ndarray] = {}
-    q, k, v = p.flat(p.q), p.flat(p.k), p.flat(p.v)
+    q, k, v = p.flat(p.q), _in_compute(p, p.k), _in_compute(p, p.v)
     q_blocks = blocks(p.nq, cfg.tile_q)
     planner = _Planner(p, cfg, cfg.tile_k)
     items = [(b, hk, k0, k1) for b in range(p.batch_size) for hk in range(p.hkv)
              for k0, k1 in blocks(p.nk, cfg.tile_k)]
 
     def worker(worker_id: int, item) -> None:
+        # A stale, huge value in a masked slot may overflow dP = dO Vᵀ there; the step zeroes
+        # dS wherever P is 0, so that inf never reaches a gradient: no warning for it.
+        with np.errstate(over="ignore", invalid="ignore"):
+            _backward_item(worker_id, item)
+
+    def _backward_item(worker_id: int, item) -> None:
         b, hk, k0, k1 = item
         if worker_id not in dq_parts:
             dq_parts[worker_id] = np.zeros((p.batch_size, p.hq, p.nq, p.dk), dtype=c)
@@ -357,6 +464,7 @@ def _backward_tiled(p, cfg, step, delta, lse_f, dout_f, dk, dv):
         dk_acc, dv_acc = dk[b, hk], dv[b, hk]
         k_bh = k[b, hk].astype(c, copy=False)
         v_bh = v[b, hk].astype(c, copy=False)
+        bad_k = _bad_rows(p, k_bh)
         for h in range(hk * p.group, (hk + 1) * p.group):
             for q0, q1 in q_blocks:
                 q_scaled = None
@@ -367,17 +475,49 @@ def _backward_tiled(p, cfg, step, delta, lse_f, dout_f, dk, dv):
                         do_tile = dout_f[b, h, q0:q1].astype(c)  # (tq, Dv)
                     rows = slice(r0, r1)
                     qi, kj = p.q_pos[q0 + r0: q0 + r1], p.k_pos[t0:t1]
-                    s = _tile_scores(p, q_scaled[rows], k_bh[t0:t1], b, h, qi, kj)  # (tr, tk)
-                    step.probabilities(s, block() if kind == PARTIAL else None,
-                                       lse_f[b, h, q0 + r0: q0 + r1])  # P, recomputed
-                    dv_acc[t0:t1] += s.T @ do_tile[rows]  # (tk, Dv)
-                    dp = do_tile[rows] @ v_bh[t0:t1].T  # (tr, tk)
-                    step.softmax_grad(dp, s, delta[b, h, q0 + r0: q0 + r1])  # dS
-                    dk_acc[t0:t1] += (dp.T @ q_tile[rows]) * scale  # (tk, Dk)
-                    dq[b, h, q0 + r0: q0 + r1] += (dp @ k_bh[t0:t1]) * scale  # (tr, Dk)
+                    s, t = _tile_scores(p, q_scaled[rows], k_bh[t0:t1], b, h, qi, kj,
+                                        keep_tanh=True)  # (tk, tr)
+                    step.probabilities(s[None], _allowed_t(kind, block),
+                                       lse_f[None, b, h, q0 + r0: q0 + r1])  # Pᵀ, recomputed
+                    dv_acc[t0:t1] += s @ do_tile[rows]  # (tk, Dv)
+                    dp = v_bh[t0:t1] @ do_tile[rows].T  # dPᵀ (tk, tr)
+                    step.softmax_grad(dp[None], s[None], delta[None, b, h, q0 + r0: q0 + r1])
+                    _softcap_grad(dp, t)
+                    dk_acc[t0:t1] += (dp @ q_tile[rows]) * scale  # dSᵀ Q: (tk, Dk)
+                    if not deterministic:
+                        dq[b, h, q0 + r0: q0 + r1] += _dot(  # dS K: (tr, Dk)
+                            dp.T, k_bh[t0:t1], None if bad_k is None else bad_k[t0:t1]) * scale
 
-    threads.run(worker, items, cfg.num_workers(_work(p, 2.5)))
-    dq = sum(dq_parts.values()) if dq_parts else np.zeros((p.batch_size, p.hq, p.nq, p.dk), c)
+    _run(p, cfg, worker, items, passes=2.5)
+    if not deterministic:
+        dq = sum(dq_parts.values()) if dq_parts else np.zeros((p.batch_size, p.hq, p.nq, p.dk), c)
+        return dq, dk, dv
+
+    dq = np.zeros((p.batch_size, p.hq, p.nq, p.dk), dtype=c)
+    dq_items = [(b, h, q0, q1) for q0, q1 in reversed(q_blocks)
+                for b in range(p.batch_size) for h in range(p.hq)]
+
+    def dq_worker(_: int, item) -> None:
+        with np.errstate(over="ignore", invalid="ignore"):  # as above
+            b, h, q0, q1 = item
+            hk = h // p.group
+            k_bh, v_bh = k[b, hk].astype(c, copy=False), v[b, hk].astype(c, copy=False)
+            bad_k = _bad_rows(p, k_bh)
+            q_scaled = q[b, h, q0:q1].astype(c) * scale
+            do_tile = dout_f[b, h, q0:q1].astype(c)
+            for r0, r1, t0, t1, kind, block in planner.plan(b, h, q0, q1):  # key tiles in order
+                qi, kj = p.q_pos[q0 + r0: q0 + r1], p.k_pos[t0:t1]
+                s, t = _tile_scores(p, q_scaled[r0:r1], k_bh[t0:t1], b, h, qi, kj,
+                                    keep_tanh=True)
+                step.probabilities(s[None], _allowed_t(kind, block),
+                                   lse_f[None, b, h, q0 + r0: q0 + r1])
+                dp = v_bh[t0:t1] @ do_tile[r0:r1].T
+                step.softmax_grad(dp[None], s[None], delta[None, b, h, q0 + r0: q0 + r1])
+                _softcap_grad(dp, t)
+                dq[b, h, q0 + r0: q0 + r1] += _dot(
+                    dp.T, k_bh[t0:t1], None if bad_k is None else bad_k[t0:t1]) * scale
+
+    _run(p, cfg, dq_worker, dq_items, passes=1.5)
     return dq, dk, dv
 
 
@@ -393,22 +533,33 @@ def _backward_small(p, cfg, step, delta, lse_f, dout_f):
     q_g = p.flat(p.q).reshape(*g, p.nq, p.dk)
     k_g, v_g = p.flat(p.k)[:, :, None], p.flat(p.v)[:, :, None]  # (B, Hkv, 1, Nk, D)
     do_g = dout_f.reshape(*g, p.nq, p.dv)
-    delta_flat = delta.reshape(p.batch_size, -1)
-    lse_flat = lse_f.reshape(p.batch_size, -1)
+    delta_flat = delta.reshape(p.batch_size, p.hq, p.nq)
+    lse_flat = lse_f.reshape(p.batch_size, p.hq, p.nq)
 
     def worker(_: int, rows: slice) -> None:
-        s, allowed = _small_scores(p, rows)  # (b, Hkv, G, Nq, Nk)
-        flat_rows = s.shape[0] * p.hq * p.nq
-        s2 = s.reshape(flat_rows, p.nk)
-        step.probabilities(s2, None if allowed is None else allowed.reshape(s2.shape),
-                           lse_flat[rows].reshape(-1))  # the weights P, recomputed
-        do = do_g[rows].astype(c, copy=False)
-        dv[rows] = (np.swapaxes(s, -1, -2) @ do).sum(axis=2)  # Σ over the group (b, Hkv, Nk, Dv)
-        dp = np.ascontiguousarray(do @ np.swapaxes(v_g[rows].astype(c, copy=False), -1, -2))
-        # dp (b, Hkv, G, Nq, Nk): contiguous, so that the step's 2-D view of it is not a copy
-        step.softmax_grad(dp.reshape(flat_rows, p.nk), s2, delta_flat[rows].reshape(-1))
-        dq[rows] = (dp @ k_g[rows].astype(c, copy=False)) * scale
-        dk[rows] = (np.swapaxes(dp, -1, -2) @ q_g[rows].astype(c, copy=False)).sum(axis=2) * scale
+        with np.errstate(over="ignore", invalid="ignore"):  # as in _backward_tiled
+            _backward_rows(rows)
 
-    threads.run(worker, _small_chunks(p), cfg.num_workers(_work(p, 2.5)))
+    def _backward_rows(rows: slice) -> None:
+        s, allowed, t = _small_scores(p, rows, keep_tanh=True)  # Sᵀ (b, Hkv, G, Nk, Nq)
+        step.probabilities(_planes(s, p.nq), _planes(allowed, p.nq),
+                           lse_flat[rows].reshape(-1, p.nq))  # Pᵀ, recomputed
+        do = do_g[rows].astype(c, copy=False)  # (b, Hkv, G, Nq, Dv)
+        dv[rows] = (s @ do).sum(axis=2)  # Σ over the group: (b, Hkv, Nk, Dv)
+        dp = np.ascontiguousarray(v_g[rows].astype(c, copy=False) @ np.swapaxes(do, -1, -2))
+        # dPᵀ (b, Hkv, G, Nk, Nq), contiguous so that the step's view of it is not a copy
+        step.softmax_grad(_planes(dp, p.nq), _planes(s, p.nq), delta_flat[rows].reshape(-1, p.nq))
+        _softcap_grad(dp, t)
+        ds = np.swapaxes(dp, -1, -2)  # dS (b, Hkv, G, Nq, Nk)
+        k_rows = k_g[rows].astype(c, copy=False)  # (b, Hkv, 1, Nk, Dk)
+        if p.checked_finite or np.isfinite(k_rows).all():
+            dq[rows] = (ds @ k_rows) * scale
+        else:  # non-finite keys (check_finite=False): kept out of their 0 gradients
+            kb = np.broadcast_to(k_rows, (*ds.shape[:3], p.nk, p.dk))
+            dq[rows] = np.stack([_dot(di, ki, _bad_rows(p, ki)) for di, ki in
+                                 zip(ds.reshape(-1, p.nq, p.nk), kb.reshape(-1, p.nk, p.dk),
+                                     strict=True)]).reshape(*ds.shape[:3], p.nq, p.dk) * scale
+        dk[rows] = (dp @ q_g[rows].astype(c, copy=False)).sum(axis=2) * scale
+
+    _run(p, cfg, worker, _small_chunks(p), passes=2.5)
     return dq.reshape(p.batch_size, p.hq, p.nq, p.dk), dk, dv

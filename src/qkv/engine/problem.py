@@ -42,6 +42,8 @@ class Problem:
     k_pos: np.ndarray
     layout: Layout
     two_d: bool
+    checked_finite: bool = True  # q, k, v (and bias) were checked free of NaN and inf
+    softcap: float | None = None  # scores become softcap · tanh(scores / softcap) (Gemma 2)
 
     @property
     def hq(self) -> int:
@@ -145,8 +147,20 @@ def _max_abs(x: np.ndarray) -> float:
     return float(np.abs(x).max()) if x.size else 0.0
 
 
+def check_softcap(softcap) -> float | None:
+    if softcap is None:
+        return None
+    if isinstance(softcap, bool) or not isinstance(softcap, int | float | np.integer |
+                                                       np.floating):
+        raise TypeError(f"softcap must be a positive number or None, got {softcap!r}")
+    value = float(softcap)
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"softcap must be a positive finite number (e.g. 50.0), got {softcap!r}")
+    return value
+
+
 def check_range(arrays: dict[str, np.ndarray], scale: float, bias: BoundBias | None,
-                compute: np.dtype) -> None:
+                compute: np.dtype, softcap: float | None = None) -> None:
     """Refuse problems whose scores would overflow the compute dtype.
 
     |q·k·scale| ≤ Dk · max|q| · max|k| · |scale|; with the bias's magnitude added, that must stay
@@ -158,6 +172,11 @@ def check_range(arrays: dict[str, np.ndarray], scale: float, bias: BoundBias | N
     if not (math.isfinite(qmax) and math.isfinite(kmax)):
         return  # inf/NaN inputs with check_finite=False: the caller chose not to be checked
     score = q.shape[-1] * qmax * kmax * abs(scale)
+    if softcap is not None and score > float(np.finfo(compute).max) / 4:
+        raise ValueError(
+            f"q·k·scale can reach {score:.3g}, past {compute}'s range even before the softcap: "
+            "rescale q, k or scale, or use float64 inputs")
+    score = score if softcap is None else min(score, softcap)
     extra = bias.magnitude() if bias is not None else 0.0
     limit = float(np.finfo(compute).max) / 4
     if score + extra > limit:
@@ -233,7 +252,7 @@ def _check_mask(mask) -> Mask | None:
 
 
 def prepare(q, k, v=None, mask=None, bias=None, scale=None, *, check_finite=True,
-            positions=None) -> Problem:
+            positions=None, softcap=None) -> Problem:
     """Validate the arguments of an attention call; see :func:`qkv.attention` for their meaning.
 
     ``positions=(q_pos, k_pos, nq_total, nk_total)`` is for sharded callers: the rows given are
@@ -274,6 +293,7 @@ def prepare(q, k, v=None, mask=None, bias=None, scale=None, *, check_finite=True
     mask = _check_mask(mask)
     bias_rule = as_bias(bias)
     scale = check_scale(scale, dk)
+    softcap = check_softcap(softcap)
     if positions is None:
         q_pos, k_pos, nq_total, nk_total = np.arange(nq), np.arange(nk), nq, nk
     else:
@@ -293,9 +313,10 @@ def prepare(q, k, v=None, mask=None, bias=None, scale=None, *, check_finite=True
             bias_rule.check_finite()
     dtype = qa.dtype
     compute = np.dtype(np.float32) if dtype == np.float16 else dtype
-    check_range(given, scale, bound_bias, compute)
+    check_range(given, scale, bound_bias, compute, softcap)
     return Problem(
         q=qa, k=ka, v=va, batch_shape=batch, dtype=dtype, compute=compute, scale=scale,
         mask=bound_mask, bias=bound_bias, q_pos=np.asarray(q_pos, dtype=np.int64),
         k_pos=np.asarray(k_pos, dtype=np.int64), layout=layout, two_d=two_d,
+        checked_finite=bool(check_finite), softcap=softcap,
     )

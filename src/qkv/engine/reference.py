@@ -2,6 +2,7 @@
 
     scores  = Q Kᵀ                               (..., Hq, Nq, Nk)
     scaled  = scores · scale + bias              scale = 1/√d_k by default
+              (with a softcap c: c · tanh(scores · scale / c) + bias)
     weights = softmax(scaled) over the keys      masked pairs get weight 0
     output  = weights V                          (..., Hq, Nq, Dv)
 
@@ -53,6 +54,8 @@ def intermediates(p: Problem, max_bytes: int | None = None) -> dict[str, np.ndar
     k = _expand_kv(p.k.astype(np.float64), p.group)
     scores = q @ np.swapaxes(k, -1, -2)  # (..., Hq, Nq, Nk)
     scaled = scores * p.scale
+    if p.softcap is not None:  # Gemma 2's soft-capping: scores squashed into (−c, c)
+        scaled = p.softcap * np.tanh(scaled / p.softcap)
     if p.bias is not None:
         scaled = scaled + p.bias.dense(p.q_pos, p.k_pos)
     if p.mask is not None:
@@ -84,33 +87,34 @@ def intermediates(p: Problem, max_bytes: int | None = None) -> dict[str, np.ndar
 
 
 def attention(q, k, v, mask=None, bias=None, scale=None, *, return_lse=False, check_finite=True,
-              max_bytes=None):
+              max_bytes=None, softcap=None):
     """softmax(q kᵀ · scale + bias) v in float64, with the arguments of :func:`qkv.attention`."""
-    p = prepare(q, k, v, mask, bias, scale, check_finite=check_finite)
+    p = prepare(q, k, v, mask, bias, scale, check_finite=check_finite, softcap=softcap)
     steps = intermediates(p, max_bytes)
     out = p.present(steps["output"])
     return (out, p.present(steps["lse"], -2)) if return_lse else out
 
 
 def attention_weights(q, k, mask=None, bias=None, scale=None, *, rows=None, check_finite=True,
-                      max_bytes=None):
+                      max_bytes=None, softcap=None):
     """The weight matrix (..., Hq, Nq, Nk) in float64 (rows ``rows`` only, if given)."""
-    p = prepare(q, k, None, mask, bias, scale, check_finite=check_finite)
+    p = prepare(q, k, None, mask, bias, scale, check_finite=check_finite, softcap=softcap)
     if rows is not None:
         p = p.rows(query_rows(rows, p.nq))
     return p.present(intermediates(p, max_bytes)["weights"])
 
 
-def attention_backward(q, k, v, dout, mask=None, bias=None, scale=None, *, check_finite=True,
-                       max_bytes=None):
-    """Gradients (dq, dk, dv) of ``sum(attention(q, k, v) * dout)``, in float64.
+def attention_backward(q, k, v, dout, mask=None, bias=None, scale=None, *, dlse=None,
+                       check_finite=True, max_bytes=None, softcap=None):
+    """Gradients (dq, dk, dv) of ``sum(attention(q, k, v) * dout)`` (+ ``sum(lse * dlse)``), in
+    float64.
 
     With P the weights and S the scaled scores (the FlashAttention paper's notation):
         dV = Pᵀ dO,   dP = dO Vᵀ,   dS = P ∘ (dP − rowsum(dP ∘ P)),
         dQ = dS K · scale,   dK = dSᵀ Q · scale,
     with dK and dV summed over the query heads that share a kv head (GQA).
     """
-    p = prepare(q, k, v, mask, bias, scale, check_finite=check_finite)
+    p = prepare(q, k, v, mask, bias, scale, check_finite=check_finite, softcap=softcap)
     out_shape = p.out_shape(p.v.shape[-1])
     dout = check_like(dout, "dout", p.present(np.empty(out_shape, dtype=bool)).shape, "the output")
     dout = np.asarray(dout, dtype=np.float64).reshape(out_shape)
@@ -122,6 +126,13 @@ def attention_backward(q, k, v, dout, mask=None, bias=None, scale=None, *, check
     dv = np.swapaxes(weights, -1, -2) @ dout  # (..., Hq, Nk, Dv)
     dweights = dout @ np.swapaxes(v64, -1, -2)  # (..., Hq, Nq, Nk)
     dscaled = weights * (dweights - (dweights * weights).sum(axis=-1, keepdims=True))
+    if dlse is not None:  # ∂lse_i/∂scaled_ij = weights_ij
+        dlse = check_like(dlse, "dlse", p.present(np.empty(out_shape[:-1], dtype=bool)).shape,
+                          "lse")
+        dscaled = dscaled + weights * np.asarray(dlse, np.float64).reshape(out_shape[:-1])[
+            ..., None]
+    if p.softcap is not None:  # d/dx c·tanh(x/c) = 1 − tanh²(x/c)
+        dscaled = dscaled * (1 - np.tanh(steps["scores"] * p.scale / p.softcap) ** 2)
     dq = dscaled @ k64 * p.scale
     dk = np.swapaxes(dscaled, -1, -2) @ q64 * p.scale
     shapes = [np.shape(q), np.shape(k), np.shape(v)]

@@ -17,6 +17,7 @@ import contextlib
 import contextvars
 import importlib.util
 import os
+import sys
 import threading
 from collections import Counter
 from dataclasses import dataclass, field, fields, replace
@@ -115,6 +116,9 @@ class KernelConfig:
 
 
 def has_numba() -> bool:
+    """Whether Numba can be imported (without importing it: ``import qkv`` stays light)."""
+    if "numba" in sys.modules:
+        return sys.modules["numba"] is not None
     return importlib.util.find_spec("numba") is not None
 
 

@@ -14,6 +14,7 @@ from .attention import MultiHeadAttention, merge_heads, split_heads
 from .block import TransformerBlock
 from .cache import KVCache, LayerCache
 from .embedding import Embedding
+from .gru import GRU
 from .interop import masks_from_torch
 from .linear import Linear
 from .loss import log_softmax, softmax_cross_entropy
@@ -22,6 +23,7 @@ from .norm import LayerNorm
 from .optim import Adam
 
 __all__ = [
+    "GRU",
     "MLP",
     "Adam",
     "Embedding",

@@ -5,8 +5,14 @@
     prefix(n)                 j < n, or the causal rule
 
 Query i stands at position ``i + (Nk − Nq)``, so when Nq != Nk the last query sees the last key —
-what decoding with a KV cache needs. A tile is classified from the range of key offsets
-``d = j − position(i)`` it spans, without looking at its pairs.
+what decoding with a KV cache needs. In a padded batch each sequence can be aligned by its own
+real lengths (flash-attn's varlen / ragged ``cache_seqlens``, xformers' "from bottom right"
+masks): with ``key_lengths`` (and ``query_lengths``), shaped like the batch dims, query i of
+sequence b stands at ``i + key_lengths[b] − query_lengths[b]`` (query_lengths default to Nq).
+Combine with ``padding(key_lengths)`` to also deny the padded keys.
+
+A tile is classified from the range of key offsets ``d = j − position(i)`` it spans, without
+looking at its pairs.
 """
 
 from __future__ import annotations
@@ -15,35 +21,96 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .base import EMPTY, FULL, PARTIAL, BoundMask, Layout, Mask, check_bound, span
+from .base import (
+    EMPTY,
+    FULL,
+    PARTIAL,
+    BoundMask,
+    Layout,
+    Mask,
+    batch_broadcast,
+    check_bound,
+    int_array,
+    span,
+)
 
 
 @dataclass(frozen=True, repr=False, eq=False)
-class Window(Mask):
+class _Aligned(Mask):
+    """A position rule with optional per-sequence alignment (lengths shaped like the batch)."""
+
+    key_lengths: np.ndarray | None
+    query_lengths: np.ndarray | None
+
+    def _hint(self):
+        shapes = [a.shape for a in (self.key_lengths, self.query_lengths) if a is not None]
+        return (np.broadcast_shapes(*shapes) if shapes else ()), 1
+
+    def _offsets(self, layout: Layout) -> np.ndarray | None:
+        """Per flat batch element, position(i) − i; None when the alignment is global."""
+        if self.key_lengths is None and self.query_lengths is None:
+            return None
+        batch = layout.batch_shape
+        parts = {}
+        for name, arr, default in (("key_lengths", self.key_lengths, layout.nk),
+                                   ("query_lengths", self.query_lengths, layout.nq)):
+            if arr is None:
+                parts[name] = np.full(batch, default, dtype=np.int64)
+                continue
+            batch_broadcast(arr.shape, batch, f"{self._name()} {name}")
+            parts[name] = np.broadcast_to(arr, batch)
+        return (parts["key_lengths"] - parts["query_lengths"]).reshape(-1)
+
+    def _name(self) -> str:
+        return type(self).__name__.lower()
+
+
+def _aligned_repr(mask: _Aligned, core: str) -> str:
+    if mask.key_lengths is None and mask.query_lengths is None:
+        return core
+    return core[:-1] + (", " if core[-2] != "(" else "") + "per-sequence lengths)"
+
+
+@dataclass(frozen=True, repr=False, eq=False)
+class Window(_Aligned):
     """Key j allowed iff position(i) − before ≤ j ≤ position(i) + after (None: unbounded)."""
 
-    before: int | None
-    after: int | None
+    before: int | None = None
+    after: int | None = 0
     name: str = "window"
 
     def bind(self, layout: Layout) -> BoundMask:
-        return _BoundWindow(layout, self.before, self.after)
+        return _BoundWindow(layout, self._offsets(layout), self.before, self.after)
 
     def __repr__(self):
-        if self.name == "causal":
-            return "causal()"
-        return f"window({self.before}, after={self.after})"
+        core = "causal()" if self.name == "causal" else \
+            f"window({self.before}, after={self.after})"
+        return _aligned_repr(self, core)
+
+
+class _BoundPositional(BoundMask):
+    """Shared by the position rules: the query positions of a tile, globally or per sequence."""
+
+    layout: Layout
+    offsets: np.ndarray | None
+    cheap = True
+
+    def __post_init__(self):
+        object.__setattr__(self, "batch_dependent", self.offsets is not None)
+
+    def offset(self, b: int) -> int:
+        return self.layout.offset if self.offsets is None else int(self.offsets[b])
 
 
 @dataclass(frozen=True, eq=False)
-class _BoundWindow(BoundMask):
+class _BoundWindow(_BoundPositional):
     layout: Layout
+    offsets: np.ndarray | None
     before: int | None
     after: int | None
-    cheap = True
 
     def block(self, qi, kj, b, h):
-        qpos = (qi + self.layout.offset)[:, None]  # (tq, 1)
+        qpos = (qi + self.offset(b))[:, None]  # (tq, 1)
         kpos = kj[None, :]  # (1, tk)
         # Compare against shifted query positions rather than forming the (tq, tk) matrix of
         # offsets: one bool pass per bound instead of an int64 matrix and two passes.
@@ -58,7 +125,7 @@ class _BoundWindow(BoundMask):
         return ok
 
     def classify(self, qi, kj, b, h):
-        dmin, dmax = _offsets(qi, kj, self.layout.offset)
+        dmin, dmax = _offsets(qi, kj, self.offset(b))
         lo = -np.inf if self.before is None else -self.before
         hi = np.inf if self.after is None else self.after
         if dmax < lo or dmin > hi:
@@ -69,34 +136,53 @@ class _BoundWindow(BoundMask):
 
 
 @dataclass(frozen=True, repr=False, eq=False)
-class Prefix(Mask):
-    """Prefix-LM: every query sees keys 0..n−1, and the causal rule applies to the rest."""
+class Prefix(_Aligned):
+    """Prefix-LM: every query sees keys 0..n−1 (n per sequence, or one n), then the causal rule."""
 
-    n: int
+    n: np.ndarray | int = 0
+
+    def _hint(self):
+        batch, heads = super()._hint()
+        if isinstance(self.n, np.ndarray):
+            batch = np.broadcast_shapes(batch, self.n.shape)
+        return batch, heads
 
     def bind(self, layout: Layout) -> BoundMask:
-        return _BoundPrefix(layout, self.n)
+        n = self.n
+        if isinstance(n, np.ndarray):
+            batch_broadcast(n.shape, layout.batch_shape, "prefix n")
+            n = np.broadcast_to(n, layout.batch_shape).reshape(-1)
+        return _BoundPrefix(layout, self._offsets(layout), n)
 
     def __repr__(self):
-        return f"prefix({self.n})"
+        shown = "per-sequence n" if isinstance(self.n, np.ndarray) else str(self.n)
+        return _aligned_repr(self, f"prefix({shown})")
 
 
 @dataclass(frozen=True, eq=False)
-class _BoundPrefix(BoundMask):
+class _BoundPrefix(_BoundPositional):
     layout: Layout
-    n: int
-    cheap = True
+    offsets: np.ndarray | None
+    n: np.ndarray | int
+
+    def __post_init__(self):
+        object.__setattr__(self, "batch_dependent",
+                           self.offsets is not None or isinstance(self.n, np.ndarray))
+
+    def _n(self, b: int) -> int:
+        return int(self.n[b]) if isinstance(self.n, np.ndarray) else self.n
 
     def block(self, qi, kj, b, h):
-        qpos = (qi + self.layout.offset)[:, None]
-        return (kj[None, :] < self.n) | (kj[None, :] <= qpos)
+        qpos = (qi + self.offset(b))[:, None]
+        return (kj[None, :] < self._n(b)) | (kj[None, :] <= qpos)
 
     def classify(self, qi, kj, b, h):
-        dmin, dmax = _offsets(qi, kj, self.layout.offset)
+        dmin, dmax = _offsets(qi, kj, self.offset(b))
         klo, khi = span(kj)
-        if khi < self.n or dmax <= 0:
+        n = self._n(b)
+        if khi < n or dmax <= 0:
             return FULL
-        if klo >= self.n and dmin > 0:
+        if klo >= n and dmin > 0:
             return EMPTY
         return PARTIAL
 
@@ -108,23 +194,46 @@ def _offsets(qi, kj, offset: int) -> tuple[int, int]:
     return klo - (qhi + offset), khi - (qlo + offset)
 
 
-def causal() -> Mask:
-    """Query position i sees keys 0..i (bottom-right aligned when Nq != Nk)."""
-    return Window(None, 0, "causal")
+def _lengths(key_lengths, query_lengths, fn: str):
+    arrays = []
+    for name, x in (("key_lengths", key_lengths), ("query_lengths", query_lengths)):
+        arr = None if x is None else int_array(x, name, fn)
+        if arr is not None and arr.size and (arr < 0).any():
+            raise ValueError(f"{fn}: {name} must be ≥ 0, got {arr.min()}")
+        arrays.append(arr)
+    return arrays
 
 
-def window(before: int | None, after: int | None = 0) -> Mask:
+def causal(*, key_lengths=None, query_lengths=None) -> Mask:
+    """Query position i sees keys 0..i (bottom-right aligned when Nq != Nk; per sequence with
+    ``key_lengths``/``query_lengths``, see the module doc)."""
+    return Window(*_lengths(key_lengths, query_lengths, "causal"), None, 0, "causal")
+
+
+def window(before: int | None, after: int | None = 0, *, key_lengths=None,
+           query_lengths=None) -> Mask:
     """Sliding window: query position i sees keys i − before … i + after (inclusive).
 
     ``window(w - 1)`` is the causal sliding window of w keys used by local-attention models;
     ``window(w, w)`` is a symmetric band. ``None`` means unbounded on that side:
     ``window(None, 0)`` is ``causal()``, ``window(0, None)`` sees the query's own position and
-    everything after it.
+    everything after it. ``key_lengths``/``query_lengths`` align each sequence by its own real
+    lengths (module doc).
     """
-    return Window(check_bound(before, "before", "window", allow_none=True),
+    return Window(*_lengths(key_lengths, query_lengths, "window"),
+                  check_bound(before, "before", "window", allow_none=True),
                   check_bound(after, "after", "window", allow_none=True))
 
 
-def prefix(n: int) -> Mask:
-    """Prefix-LM: every query sees the first ``n`` keys; beyond them, the causal rule."""
-    return Prefix(check_bound(n, "n", "prefix"))
+def prefix(n, *, key_lengths=None, query_lengths=None) -> Mask:
+    """Prefix-LM: every query sees the first ``n`` keys; beyond them, the causal rule.
+
+    ``n`` is one int or ints shaped like the batch dims (a prefix per sequence).
+    """
+    if isinstance(n, int | np.integer) and not isinstance(n, bool):
+        n = check_bound(n, "n", "prefix")
+    else:
+        n = int_array(n, "n", "prefix")
+        if n.size and (n < 0).any():
+            raise ValueError(f"prefix: n must be ≥ 0, got {n.min()}")
+    return Prefix(*_lengths(key_lengths, query_lengths, "prefix"), n)

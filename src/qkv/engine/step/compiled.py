@@ -1,6 +1,8 @@
 """The tile step compiled with Numba: each function is one fused pass per row, without the GIL.
 
-Same contract as :mod:`.numpy_step` (see the package doc), for float32 tiles. The exponential is
+Same contract as :mod:`.numpy_step` (see the package doc), for float32 tiles ``(P, T, R)``:
+the loops run down the key rows and across each row of queries, so every inner loop is an
+element-wise update of contiguous memory. The exponential is
 written out rather than called: Numba's ``math.exp`` is a scalar libm call that stops LLVM from
 vectorising the loop, so ``2^x`` (x ≤ 0) is split as ``2^n · 2^f`` with ``n = round(x)`` and
 ``f ∈ [−½, ½]``; ``2^f`` is a degree-6 polynomial (relative error ≈ 2e-8 before rounding, below
@@ -80,76 +82,84 @@ def _exp2(x):
 
 @njit(nogil=True, fastmath=FLAGS, cache=True)
 def _online_softmax(s, allowed, masked, m, row_sum, acc, has_acc):
-    rows, cols = s.shape
-    for i in range(rows):
-        row = s[i]
-        tile_max = NEG_INF
-        if masked:
-            ok = allowed[i]
-            for j in range(cols):
-                tile_max = _maxnum(tile_max, row[j] if ok[j] else NEG_INF)
-        else:
-            for j in range(cols):
-                tile_max = _maxnum(tile_max, row[j])
-        m_old = m[i]
-        m_new = _maxnum(m_old, tile_max)
-        if m_new == NEG_INF:  # nothing allowed in this row yet: p = 0, state unchanged
-            for j in range(cols):
-                row[j] = ZERO
-            continue
-        alpha = _exp2((m_old - m_new) * LOG2E)  # m_old = −inf → 0
-        total = ZERO
-        if masked:
-            ok = allowed[i]
-            for j in range(cols):
-                p = _exp2((row[j] - m_new) * LOG2E) if ok[j] else ZERO
-                row[j] = p
-                total += p
-        else:
-            for j in range(cols):
-                p = _exp2((row[j] - m_new) * LOG2E)
-                row[j] = p
-                total += p
-        row_sum[i] = row_sum[i] * alpha + total
-        m[i] = m_new
+    planes, keys, queries = s.shape
+    m_new = np.empty(queries, dtype=np.float32)
+    alpha = np.empty(queries, dtype=np.float32)
+    for g in range(planes):
+        tile, ok, m_g, sum_g = s[g], allowed[g if masked else 0], m[g], row_sum[g]
+        # 1. each query's max over its allowed keys: an element-wise max down the key rows
+        for i in range(queries):
+            m_new[i] = m_g[i]
+        for j in range(keys):
+            row = tile[j]
+            if masked:
+                ok_j = ok[j]
+                for i in range(queries):
+                    m_new[i] = _maxnum(m_new[i], row[i] if ok_j[i] else NEG_INF)
+            else:
+                for i in range(queries):
+                    m_new[i] = _maxnum(m_new[i], row[i])
+        # 2. rescale what came before; a query with nothing allowed yet keeps m = −inf
+        for i in range(queries):
+            a = _exp2((m_g[i] - m_new[i]) * LOG2E) if m_new[i] != NEG_INF else ONE
+            alpha[i] = a
+            sum_g[i] *= a
+            m_g[i] = m_new[i]
+        # 3. p = 2^((s − m_new)·log2 e), masked pairs and −inf rows exactly 0; sums per query
+        for j in range(keys):
+            row = tile[j]
+            if masked:
+                ok_j = ok[j]
+                for i in range(queries):
+                    p = _exp2((row[i] - m_new[i]) * LOG2E) if ok_j[i] else ZERO
+                    row[i] = p
+                    sum_g[i] += p
+            else:
+                for i in range(queries):
+                    p = _exp2((row[i] - m_new[i]) * LOG2E)
+                    row[i] = p
+                    sum_g[i] += p
         if has_acc:
-            a = acc[i]
-            for d in range(a.shape[0]):
-                a[d] *= alpha
+            acc_g = acc[g]
+            for i in range(queries):
+                a = alpha[i]
+                for d in range(acc_g.shape[1]):
+                    acc_g[i, d] *= a
 
 
 @njit(nogil=True, fastmath=FLAGS, cache=True)
 def _probabilities(s, allowed, masked, lse):
-    rows, cols = s.shape
-    for i in range(rows):
-        row = s[i]
-        ref = lse[i]
-        if ref == NEG_INF:  # a row with no allowed key: all weights 0
-            for j in range(cols):
-                row[j] = ZERO
-            continue
-        if masked:
-            ok = allowed[i]
-            for j in range(cols):
-                row[j] = _exp2((row[j] - ref) * LOG2E) if ok[j] else ZERO
-        else:
-            for j in range(cols):
-                row[j] = _exp2((row[j] - ref) * LOG2E)
+    planes, keys, queries = s.shape
+    for g in range(planes):
+        tile, ok, ref = s[g], allowed[g if masked else 0], lse[g]
+        for j in range(keys):
+            row = tile[j]
+            if masked:
+                ok_j = ok[j]
+                for i in range(queries):
+                    # a query with no allowed key has lse = −inf: its weights are 0
+                    x = (row[i] - ref[i]) * LOG2E
+                    row[i] = _exp2(x) if ok_j[i] and ref[i] != NEG_INF else ZERO
+            else:
+                for i in range(queries):
+                    x = (row[i] - ref[i]) * LOG2E
+                    row[i] = _exp2(x) if ref[i] != NEG_INF else ZERO
 
 
 @njit(nogil=True, fastmath=FLAGS, cache=True)
 def _softmax_grad(dp, p, delta):
-    rows, cols = dp.shape
-    for i in range(rows):
-        d = delta[i]
-        grad, prob = dp[i], p[i]
-        for j in range(cols):
-            pj = prob[j]
-            grad[j] = pj * (grad[j] - d) if pj != ZERO else ZERO
+    planes, keys, queries = dp.shape
+    for g in range(planes):
+        grad, prob, d = dp[g], p[g], delta[g]
+        for j in range(keys):
+            grad_j, prob_j = grad[j], prob[j]
+            for i in range(queries):
+                pj = prob_j[i]
+                grad_j[i] = pj * (grad_j[i] - d[i]) if pj != ZERO else ZERO
 
 
-_NO_MASK = np.ones((1, 1), dtype=bool)
-_NO_ACC = np.zeros((1, 1), dtype=np.float32)
+_NO_MASK = np.ones((1, 1, 1), dtype=bool)
+_NO_ACC = np.zeros((1, 1, 1), dtype=np.float32)
 
 
 def _mask_arg(allowed):
@@ -158,7 +168,8 @@ def _mask_arg(allowed):
 
 def online_softmax(s, allowed, m, row_sum, acc) -> None:
     block, masked = _mask_arg(allowed)
-    _online_softmax(s, block, masked, m, row_sum, _NO_ACC if acc is None else acc, acc is not None)
+    _online_softmax(s, block, masked, m, row_sum, _NO_ACC if acc is None else acc,
+                    acc is not None)
 
 
 def probabilities(s, allowed, lse) -> None:

@@ -1,4 +1,8 @@
-"""The tile step in NumPy: a few whole-tile passes each (see the package doc for the contract)."""
+"""The tile step in NumPy: a few whole-tile passes each (see the package doc for the contract).
+
+Tiles are ``(P, T, R)``: reductions over the keys run down axis -2, across contiguous rows of
+queries.
+"""
 
 from __future__ import annotations
 
@@ -12,17 +16,15 @@ EXP2_FLOOR = {np.dtype(np.float32): -126.0, np.dtype(np.float64): -1022.0}
 
 
 def _exp_from(s: np.ndarray, ref: np.ndarray, allowed: np.ndarray | None) -> None:
-    """s ← exp(s − ref[:, None]) in place; masked pairs and would-be subnormals exactly 0.
-
-    Rows whose ``ref`` is −inf (nothing allowed) give 0 everywhere.
-    """
+    """s ← exp(s − ref) in place, ref ``(P, R)`` per query; masked pairs and would-be
+    subnormals exactly 0. Queries whose ``ref`` is −inf (nothing allowed) give 0 everywhere."""
     c = s.dtype.type
     floor = EXP2_FLOOR[s.dtype]
     if allowed is not None:
         # Excluded before any arithmetic: a NaN or a huge stale score in a masked slot is gone.
         np.copyto(s, -np.inf, where=~allowed)
     finite_ref = np.where(np.isfinite(ref), ref, c(np.inf))  # −inf rows: every entry → −inf
-    s -= finite_ref[:, None]
+    s -= finite_ref[..., None, :]
     s *= c(LOG2E)  # exp(x) = 2^(x·log2 e): NumPy's exp2 is ~2× faster than its exp
     if s.size and s.min() < floor:  # only then can a weight fall below 2^floor (NaN-safe)
         np.copyto(s, -np.inf, where=s < floor)
@@ -30,16 +32,16 @@ def _exp_from(s: np.ndarray, ref: np.ndarray, allowed: np.ndarray | None) -> Non
 
 
 def online_softmax(s, allowed, m, row_sum, acc) -> None:
-    tile_max = (s.max(axis=1, initial=-np.inf, where=allowed) if allowed is not None
-                else s.max(axis=1, initial=-np.inf))
-    m_new = np.maximum(m, tile_max)  # (R,)
+    tile_max = (s.max(axis=-2, initial=-np.inf, where=allowed) if allowed is not None
+                else s.max(axis=-2, initial=-np.inf))
+    m_new = np.maximum(m, tile_max)  # (P, R)
     seen = m_new > -np.inf
     alpha = np.exp(np.subtract(m, m_new, out=np.zeros_like(m), where=seen))  # m = −inf → 0
     _exp_from(s, m_new, allowed)
     row_sum *= alpha
-    row_sum += s.sum(axis=1)
+    row_sum += s.sum(axis=-2)
     if acc is not None:
-        acc *= alpha[:, None]
+        acc *= alpha[..., None]
     m[...] = m_new
 
 
@@ -48,6 +50,6 @@ def probabilities(s, allowed, lse) -> None:
 
 
 def softmax_grad(dp, p, delta) -> None:
-    dp -= delta[:, None]
+    dp -= delta[..., None, :]
     dp *= p
     np.copyto(dp, 0, where=p == 0)  # inf·0 from a masked slot's stale value must not be NaN

@@ -1,0 +1,419 @@
+"""Far back: one relevant event anywhere in a long window, among more recent distractors.
+
+The seed: "any position can attend directly to any other position in one step, with no decay
+over distance — useful when a relevant piece of context (a macro print, a large block trade)
+could be arbitrarily far back in the window and needs to be found on its merits, not on its
+recency."
+
+The series (``window`` steps, a trade per step; features per step, ``d_in = n_types + 3``)::
+
+    x_t = [onehot(type_t) (n_types) , size_t , sign_t , sign_t · size_t]
+
+Most trades are small (size in [0.1, 1)), of a random type and sign. Exactly one is a *block
+trade of type 0* (size in [3, 5)) at lag L (L = 1 is the last step), L uniform in
+[min_lag, window]. The target is its sign. Between it and the end of the window sit
+``n_recent`` block trades of other types (sizes in [3, 8): as large or larger, random signs)
+and at least one small trade of type 0; ``n_anywhere`` more blocks of other types lie
+anywhere. So:
+
+- the most recent block trade is never the answer (it is a distractor, of another type);
+- the most recent type-0 trade is never the answer (it is a small one, of random sign);
+- the event is singled out only by the *conjunction* "type 0 and large" — its merits.
+
+Three models, trained the same way (same batches, Adam, steps):
+
+- ``attention``: a learned query vector attends over the window once, through
+  ``qkv.nn.MultiHeadAttention`` (learned W_Q, W_K, W_V; no positions: distance plays no
+  role); a linear read-out of the attended vector gives the logits.
+- ``recency``: an exponential moving average of a linear map of each step,
+  Σ_t (1 − λ) λ^lag_t (x_t W), with λ = σ(θ) learned per channel, then a small MLP.
+- ``gru``: the GRU of :mod:`qkv.nn` over the window; its last state feeds a linear read-out.
+  ``gru_gate_bias`` > 0 starts its update gate near "keep the state" (default 0: torch's init).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from ..nn import GRU, Adam, Linear, MultiHeadAttention, relu, relu_backward, softmax_cross_entropy
+from ..nn._base import Layer, as_rng, check_dtype, positive_int, prefixed
+
+KINDS = ("attention", "recency", "gru")
+
+
+@dataclass(frozen=True)
+class FarbackConfig:
+    window: int = 256
+    n_types: int = 8
+    n_recent: int = 4  # block trades of other types, more recent than the event
+    n_anywhere: int = 8  # block trades of other types anywhere in the window
+    min_lag: int = 16
+    d_model: int = 32
+    batch: int = 64
+    steps: int = 600
+    lr: float = 3e-3
+    # Added to the GRU's update-gate bias at initialisation: > 0 makes it keep its state by
+    # default ("remember unless told otherwise", like an LSTM's forget-gate bias of 1). 0 is
+    # torch's initialisation.
+    gru_gate_bias: float = 0.0
+    seed: int = 0
+
+    def __post_init__(self):
+        for name in ("window", "n_types", "min_lag", "d_model", "batch", "steps"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"FarbackConfig: {name} must be a positive int, got {value!r}")
+        for name in ("n_recent", "n_anywhere"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"FarbackConfig: {name} must be a non-negative int, got "
+                                 f"{value!r}")
+        if self.n_types < 2:
+            raise ValueError(f"FarbackConfig: n_types must be ≥ 2 (type 0 and a distractor "
+                             f"type), got {self.n_types}")
+        if not self.n_recent + 1 < self.min_lag <= self.window:
+            raise ValueError(f"FarbackConfig: min_lag must exceed n_recent + 1 = "
+                             f"{self.n_recent + 1} (room for the recent distractors) and be ≤ "
+                             f"window={self.window}, got {self.min_lag}")
+        if not self.lr > 0:
+            raise ValueError(f"FarbackConfig: lr must be > 0, got {self.lr!r}")
+
+    @property
+    def d_in(self) -> int:
+        return self.n_types + 3
+
+    def lr_at(self, step: int) -> float:
+        t = min(step, self.steps) / self.steps
+        return self.lr * (0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * t)))
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class Series:
+    x: np.ndarray  # (B, window, d_in) features
+    types: np.ndarray  # (B, window)
+    sizes: np.ndarray  # (B, window)
+    signs: np.ndarray  # (B, window) ±1
+    lag: np.ndarray  # (B,) the event's lag: 1 = the last step
+    target: np.ndarray  # (B,) 1 if the event's sign is +1 else 0
+
+    def __len__(self) -> int:
+        return len(self.lag)
+
+    @property
+    def position(self) -> np.ndarray:
+        return self.types.shape[1] - self.lag  # (B,) index of the event in the window
+
+
+def sample(config: FarbackConfig, rng: np.random.Generator, n: int) -> Series:
+    c, W = config, config.window
+    rows = np.arange(n)
+    types = rng.integers(1, c.n_types, (n, W))  # small trades: any type but 0 for now ...
+    small0 = rng.random((n, W)) < 1.0 / c.n_types  # ... and type 0 at its usual rate
+    types[small0] = 0
+    sizes = rng.uniform(0.1, 1.0, (n, W))
+    signs = rng.choice(np.array([-1.0, 1.0]), (n, W))
+    lag = rng.integers(c.min_lag, W + 1, n)
+    pos = W - lag  # (n,)
+
+    def block(cols, kinds):  # distractors: as large as the event or larger
+        types[rows, cols] = kinds
+        sizes[rows, cols] = rng.uniform(3.0, 8.0, n)
+
+    # the n_recent + 1 slots after the event: distinct positions in (pos, W)
+    after = pos[:, None] + 1 + np.argsort(rng.random((n, W)), axis=1)  # (n, W) candidates
+    after = np.where(after < W, after, -1)
+    slots = np.full((n, c.n_recent + 1), -1)
+    for b in range(n):  # distinct random positions after the event (lag ≥ min_lag > n_recent+1)
+        ok = after[b][after[b] >= 0]
+        slots[b] = ok[: c.n_recent + 1]
+    for _ in range(c.n_anywhere):  # blocks of other types anywhere (but not on the event)
+        cols = rng.integers(0, W, n)
+        cols = np.where(cols == pos, (cols + 1) % W, cols)
+        block(cols, rng.integers(1, c.n_types, n))
+    for j in range(c.n_recent):
+        block(slots[:, j], rng.integers(1, c.n_types, n))
+    last = slots[:, c.n_recent]  # a small type-0 trade, more recent than the event
+    types[rows, last] = 0
+    sizes[rows, last] = rng.uniform(0.1, 1.0, n)
+    # no other type-0 block anywhere: small type-0 trades only
+    sizes = np.where((types == 0) & (sizes >= 1.0), rng.uniform(0.1, 1.0, (n, W)), sizes)
+    types[rows, pos] = 0
+    sizes[rows, pos] = rng.uniform(3.0, 5.0, n)
+    x = np.concatenate([np.eye(c.n_types)[types], sizes[..., None], signs[..., None],
+                        (signs * sizes)[..., None]], axis=-1).astype(np.float32)
+    target = (signs[rows, pos] > 0).astype(np.int64)
+    return Series(x, types, sizes, signs, lag, target)
+
+
+def lag_buckets(config: FarbackConfig, n: int = 4) -> list[tuple[int, int]]:
+    """``n`` equal buckets of lag from min_lag to the window length."""
+    edges = np.linspace(config.min_lag - 1, config.window, n + 1).round().astype(int)
+    return [(int(a) + 1, int(b)) for a, b in itertools.pairwise(edges) if b > a]
+
+
+def held_out(config: FarbackConfig, n: int = 2000) -> Series:
+    return sample(config, np.random.default_rng([config.seed, 0xE7A1]), n)
+
+
+# -- recency rules: what "most recent wins" would answer -------------------------------------
+def recency_rules(s: Series) -> dict[str, np.ndarray]:
+    """Predictions (B,) of hand-written recency rules; the task is built so each is at chance."""
+    W = s.types.shape[1]
+    big = s.sizes >= 3.0
+    idx = np.arange(W)
+
+    def last_where(cond):
+        return np.where(cond, idx, -1).max(axis=1)
+
+    rows = np.arange(len(s))
+    preds = {
+        "latest block trade": s.signs[rows, last_where(big)] > 0,
+        "latest type-0 trade": s.signs[rows, last_where(s.types == 0)] > 0,
+    }
+    for lam in (0.9, 0.99, 0.999):
+        ema = ((s.signs * s.sizes) * lam ** (W - 1 - idx)).sum(axis=1)
+        preds[f"EMA λ={lam}"] = ema > 0
+    return {k: v.astype(np.int64) for k, v in preds.items()}
+
+
+# -- the recency model's one new layer --------------------------------------------------------
+class ExpDecayPool(Layer):
+    """y = Σ_t (1 − λ) λ^(T−1−t) x_t per channel, with λ = σ(θ) learned: an exponential moving
+    average read at the last step.
+
+    Params: ``theta (d,)`` (λ = σ(θ), initialised so λ spreads from 0.5 to 0.999).
+    Shapes: x ``(B, T, d)`` → y ``(B, d)``.
+    """
+
+    def __init__(self, d: int, dtype=np.float32):
+        self.d = positive_int(d, "d", "ExpDecayPool")
+        self.dtype = check_dtype(dtype)
+        lam = np.linspace(0.5, 0.999, self.d)
+        self.params = {"theta": np.log(lam / (1 - lam)).astype(self.dtype)}
+
+    def _weights(self, T):
+        lam = 1.0 / (1.0 + np.exp(-self.params["theta"].astype(np.float64)))  # (d,)
+        lag = np.arange(T - 1, -1, -1, dtype=np.float64)[:, None]  # (T, 1)
+        w = (1.0 - lam) * lam**lag  # (T, d)
+        # ∂w/∂λ = −λ^lag + (1 − λ)·lag·λ^(lag−1);  ∂λ/∂θ = λ(1 − λ)
+        dw = (-(lam**lag) + (1.0 - lam) * lag * lam ** np.maximum(lag - 1, 0)) * lam * (1 - lam)
+        return w, dw
+
+    def forward(self, x):
+        x = np.asarray(x)
+        w, dw = self._weights(x.shape[1])
+        y = np.einsum("btd,td->bd", x, w.astype(x.dtype))  # (B, d)
+        return y, (x, dw)
+
+    def backward(self, ctx, dy):
+        x, dw = ctx
+        w, _ = self._weights(x.shape[1])
+        dx = dy[:, None, :] * w[None].astype(x.dtype)  # (B, T, d)
+        dtheta = np.einsum("bd,btd,td->d", dy, x, dw.astype(x.dtype))
+        return dx, {"theta": dtheta.astype(self.dtype)}
+
+    def lam(self) -> np.ndarray:
+        return 1.0 / (1.0 + np.exp(-self.params["theta"].astype(np.float64)))
+
+
+# -- the three models -------------------------------------------------------------------------
+class FarbackModel:
+    """``kind`` in ("attention", "recency", "gru"); ``forward(x) → logits (B, 2)``."""
+
+    def __init__(self, config: FarbackConfig, kind: str, dtype=np.float32):
+        if kind not in KINDS:
+            raise ValueError(f"FarbackModel: kind must be one of {KINDS}, got {kind!r}")
+        c = config
+        gen = as_rng(np.random.default_rng([c.seed, KINDS.index(kind)]))
+        self.config, self.kind = c, kind
+        d = c.d_model
+        if kind == "attention":
+            self.embed = Linear(c.d_in, d, rng=gen, dtype=dtype)
+            self.attn = MultiHeadAttention(d, 1, rng=gen, dtype=dtype)
+            query = gen.standard_normal((1, 1, d)) / np.sqrt(d)
+            self.layers = {"embed": self.embed, "attn": self.attn}
+            self.extra = {"query": query.astype(dtype)}  # (1, 1, d): the learned question
+        elif kind == "recency":
+            self.embed = Linear(c.d_in, d, rng=gen, dtype=dtype)
+            self.pool = ExpDecayPool(d, dtype=dtype)
+            self.hidden = Linear(d, d, rng=gen, dtype=dtype)
+            self.layers = {"embed": self.embed, "pool": self.pool, "hidden": self.hidden}
+            self.extra = {}
+        else:
+            self.gru = GRU(c.d_in, d, rng=gen, dtype=dtype)
+            self.gru.params["b_hh"][d: 2 * d] += c.gru_gate_bias  # the update gate z
+            self.layers = {"gru": self.gru}
+            self.extra = {}
+        self.head = Linear(d, 2, rng=gen, dtype=dtype)
+        self.layers["head"] = self.head
+        self.params = {n: a for name, layer in self.layers.items()
+                       for n, a in prefixed(name, layer.params).items()}
+        self.params.update(self.extra)
+
+    @property
+    def num_params(self) -> int:
+        return sum(int(p.size) for p in self.params.values())
+
+    def forward(self, x):
+        B = x.shape[0]
+        if self.kind == "attention":
+            e, c1 = self.embed.forward(x)  # (B, W, d)
+            q = np.broadcast_to(self.extra["query"], (B, 1, self.config.d_model))
+            a, c2 = self.attn.forward(q, context=e)  # (B, 1, d)
+            z, c3 = a[:, 0], None
+        elif self.kind == "recency":
+            e, c1 = self.embed.forward(x)  # (B, W, d)
+            p, c2 = self.pool.forward(e)  # (B, d)
+            h, c3 = self.hidden.forward(p)
+            z = relu(h)
+            c3 = (c3, h)
+        else:
+            (_, z), c1 = self.gru.forward(x)  # (B, d): the last state
+            c2 = c3 = None
+        logits, c4 = self.head.forward(z)
+        return logits, (c1, c2, c3, c4)
+
+    def backward(self, cache, dlogits) -> dict[str, np.ndarray]:
+        c1, c2, c3, c4 = cache
+        dz, g = self.head.backward(c4, dlogits)
+        grads = prefixed("head", g)
+        if self.kind == "attention":
+            (dq, de), g_att = self.attn.backward(c2, dz[:, None, :])
+            _, g_emb = self.embed.backward(c1, de)
+            grads.update(prefixed("attn", g_att))
+            grads.update(prefixed("embed", g_emb))
+            grads["query"] = dq.sum(axis=0, keepdims=True).astype(self.extra["query"].dtype)
+        elif self.kind == "recency":
+            c_hidden, h = c3
+            dp, g_h = self.hidden.backward(c_hidden, relu_backward(h, dz))
+            de, g_pool = self.pool.backward(c2, dp)
+            _, g_emb = self.embed.backward(c1, de)
+            grads.update(prefixed("hidden", g_h))
+            grads.update(prefixed("pool", g_pool))
+            grads.update(prefixed("embed", g_emb))
+        else:
+            _, g_gru = self.gru.backward(c1, (None, dz))
+            grads.update(prefixed("gru", g_gru))
+        return grads
+
+    def predict(self, x) -> np.ndarray:
+        return self.forward(x)[0].argmax(axis=-1)
+
+    def weights(self, x) -> np.ndarray:
+        """Attention model only: the query's weights over the window ``(B, W)``."""
+        if self.kind != "attention":
+            raise ValueError(f"weights: only the attention model has attention weights, this is "
+                             f"the {self.kind!r} model")
+        e = self.embed(x)
+        q = np.broadcast_to(self.extra["query"], (x.shape[0], 1, self.config.d_model))
+        return self.attn.attention_weights(q, context=e)[:, 0, 0]
+
+
+def train(model: FarbackModel, on_step=None) -> list[float]:
+    """Adam for ``config.steps`` steps on batches from the generator ``[seed, 1]`` — the same
+    batches for all three models."""
+    from ..engine.threads import single_threaded_blas
+
+    c = model.config
+    rng = np.random.default_rng([c.seed, 1])
+    opt = Adam(model.params, lr=c.lr)
+    losses = []
+    with single_threaded_blas():
+        for step in range(c.steps):
+            s = sample(c, rng, c.batch)
+            logits, cache = model.forward(s.x)
+            loss, dlogits = softmax_cross_entropy(logits, s.target)
+            grads = model.backward(cache, dlogits)
+            norm = math.sqrt(sum(float(np.vdot(g, g)) for g in grads.values()))
+            if norm > 1.0:  # clip the global gradient norm (the GRU's spikes)
+                for g in grads.values():
+                    g *= 1.0 / norm
+            opt.lr = c.lr_at(step)
+            opt.step(grads)
+            losses.append(loss)
+            if on_step:
+                on_step(step + 1, loss)
+    return losses
+
+
+def accuracy_by_lag(config: FarbackConfig, s: Series, pred: np.ndarray) -> list[dict]:
+    rows = []
+    for lo, hi in lag_buckets(config):
+        sel = (s.lag >= lo) & (s.lag <= hi)
+        rows.append({"lags": [lo, hi], "cases": int(sel.sum()),
+                     "accuracy": float((pred[sel] == s.target[sel]).mean()) if sel.any()
+                     else None})
+    return rows
+
+
+def evaluate(model: FarbackModel, s: Series, chunk: int = 500) -> dict:
+    from ..engine.threads import single_threaded_blas
+
+    with single_threaded_blas():
+        pred = np.concatenate([model.predict(s.x[i: i + chunk]) for i in range(0, len(s), chunk)])
+        out = {"accuracy": float((pred == s.target).mean()),
+               "by_lag": accuracy_by_lag(model.config, s, pred)}
+        if model.kind == "attention":
+            w = np.concatenate([model.weights(s.x[i: i + chunk])
+                                for i in range(0, len(s), chunk)])
+            out["top_weight_on_event"] = float((w.argmax(axis=1) == s.position).mean())
+            out["mean_weight_on_event"] = float(w[np.arange(len(s)), s.position].mean())
+    return out
+
+
+def experiment(config: FarbackConfig, n_held_out: int = 2000, *, on_start=None, on_step=None,
+               on_done=None) -> tuple[dict, dict[str, FarbackModel]]:
+    """Train the three models on the same batches; score them and the recency rules on the
+    same held-out series. Returns ``(result, models)``; ``result`` is JSON-able."""
+    import time
+
+    s = held_out(config, n_held_out)
+    rules = {name: {"accuracy": float((pred == s.target).mean()),
+                    "by_lag": accuracy_by_lag(config, s, pred)}
+             for name, pred in recency_rules(s).items()}
+    result = {"task": "farback", "config": config.to_dict(), "held_out": n_held_out,
+              "recency_rules": rules, "models": {}}
+    models = {}
+    for kind in KINDS:
+        model = FarbackModel(config, kind)
+        if on_start:
+            on_start(kind, model)
+        t0 = time.perf_counter()
+        hook = None if on_step is None else (lambda st, loss, k=kind: on_step(k, st, loss))
+        losses = train(model, hook)
+        run = {"parameters": model.num_params,
+               "train_seconds": round(time.perf_counter() - t0, 1),
+               "final_loss": float(np.mean(losses[-50:])), **evaluate(model, s)}
+        if kind == "recency":
+            run["learned_lambda"] = [round(float(v), 4) for v in model.pool.lam()]
+        result["models"][kind] = run
+        models[kind] = model
+        if on_done:
+            on_done(kind, run)
+    return result, models
+
+
+def weight_examples(model: FarbackModel, n: int = 6) -> tuple[np.ndarray, list[str], list]:
+    """The attention weights ``(n, window)`` over ``n`` held-out series (one per lag bucket,
+    round robin, oldest event first), a label per row ("lag L ± ✓") and per row
+    ``(types, sizes, lag)`` of its series."""
+    s = held_out(model.config, 400)
+    buckets = lag_buckets(model.config)
+    picks: list[int] = []
+    for j in range(n):
+        lo, hi = buckets[j % len(buckets)]
+        cands = [i for i in np.flatnonzero((s.lag >= lo) & (s.lag <= hi)) if i not in picks]
+        picks.append(int(cands[0]))
+    picks.sort(key=lambda i: -int(s.lag[i]))
+    w = model.weights(s.x[picks])
+    pred = model.predict(s.x[picks])
+    labels = [f"lag {int(s.lag[i])} {'+' if s.target[i] else '−'} "
+              f"{'✓' if pred[j] == s.target[i] else '✗'}" for j, i in enumerate(picks)]
+    return w, labels, [(s.types[i], s.sizes[i], int(s.lag[i])) for i in picks]

@@ -1,0 +1,84 @@
+"""The engine package's own promises: a light import, one internal surface, both tile steps."""
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import qkv
+from helpers import needs_numba, output_atol
+from qkv import engine
+
+
+def test_import_qkv_stays_light():
+    # The compiled step (Numba) and the layers above the engine load on first use only.
+    code = ("import sys, qkv; heavy = [m for m in ('numba', 'qkv.nn', 'qkv.models', 'torch', "
+            "'qkv.render', 'rich') if m in sys.modules]; print(heavy)")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert run.stdout.strip() == "[]", run.stdout + run.stderr
+
+
+def test_subpackages_load_lazily_and_aliases_work():
+    assert qkv.nn.KVCache is not None and qkv.models is not None
+    import qkv.masks as masks_by_import
+    assert masks_by_import is qkv.masks and qkv.reference.attention is not None
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        _ = qkv.nope
+
+
+def test_kernel_config_is_scoped_and_checked():
+    before = engine.current()
+    with engine.kernel_config(tile_q=8, backend="numpy") as cfg:
+        assert engine.current() is cfg and cfg.tile_q == 8 and engine.backend() == "numpy"
+    assert engine.current() is before
+    with pytest.raises(ValueError, match="tile_q must be a positive int"):
+        engine.kernel_config(tile_q=0).__enter__()
+    with pytest.raises(ValueError, match="backend must be one of"):
+        engine.kernel_config(backend="gpu").__enter__()
+
+
+def test_stats_count_paths_and_tiles():
+    stats = engine.TileStats()
+    x = np.random.default_rng(0).standard_normal((300, 8)).astype(np.float32)
+    with engine.kernel_config(stats=stats, tile_q=100, tile_k=100, small=0, backend="numpy"):
+        qkv.attention(x, x, x, mask=qkv.causal())
+    assert stats.paths == {"tiled numpy": 1}
+    assert stats.computed == 6 and stats.skipped == 3  # 3×3 tiles, the upper triangle skipped
+
+
+def test_block_map_is_the_kernels_classification():
+    kinds = engine.block_map(qkv.causal(), 4, 4, tile=(2, 2))
+    np.testing.assert_array_equal(kinds, [[1, 0], [2, 1]])
+    assert (engine.block_map(None, 3, 5, tile=(2, 2)) == 2).all()
+    with pytest.raises(TypeError, match="block_map: mask must be"):
+        engine.block_map("causal", 4, 4)
+
+
+@needs_numba
+def test_compiled_and_numpy_steps_agree_within_the_bound():
+    rng = np.random.default_rng(1)
+    q, k, v = (rng.standard_normal((2, 3, 700, 32)).astype(np.float32) for _ in range(3))
+    for mask in (None, qkv.causal(), qkv.documents(np.repeat(np.arange(7), 100))):
+        with engine.kernel_config(backend="numpy"):
+            a = qkv.attention(q, k, v, mask=mask)
+        with engine.kernel_config(backend="compiled"):
+            b = qkv.attention(q, k, v, mask=mask)
+        np.testing.assert_allclose(a, b, atol=2 * output_atol(q, k, v), rtol=0)
+
+
+@needs_numba
+def test_compiled_exp2_is_accurate_and_flushes_subnormals():
+    from qkv.engine.step import compiled
+
+    x = np.concatenate([np.linspace(-126, 0, 200001), [-126.5, -200.0, -np.inf]]).astype(
+        np.float32)
+    s = x[None, None, :].copy() / np.float32(np.log2(np.e))  # natural units, ref 0
+    compiled.probabilities(s, None, np.zeros((1, x.size), np.float32))
+    exact = np.exp2(x.astype(np.float64))
+    normal = x >= -126
+    rel = np.abs(s[0, 0][normal] / exact[normal] - 1)
+    # 2^x to float32 accuracy, plus x's own rounding (|x|·eps for |x| ≤ 126): ≤ 1e-5 here
+    assert rel.max() < 126 * 2**-24 * 1.5 + 4 * 2**-24
+    assert rel[x[normal] > -1].max() < 4 * 2**-24  # near 0, a few ulp
+    assert not s[0, 0][~normal].any()  # below 2^-126: exactly 0, never subnormal
