@@ -423,3 +423,80 @@ def test_a_sentence_past_64_tokens_is_422(client, minilm):
     response = client.post("/api/model/attentions", json={"sentence": "word " * 80})
     assert response.status_code == 422
     assert "tokens after tokenisation" in response.json()["detail"]
+
+
+# -- the learner's first minute, and the newer views -----------------------------------------------
+def test_trace_shows_the_exp_step_with_the_seeds_rounded_sum(client):
+    body = client.post("/api/trace", json={}).json()
+    trace = qkv.explain(SEED_Q, SEED_K, SEED_V)
+    exp = body["exp"]
+    assert exp["exp"][0] == pytest.approx(np.exp(trace.scaled[0]).tolist(), rel=1e-15)
+    assert exp["sum"][0] == pytest.approx(math.exp(trace.lse[0]), rel=1e-14)
+    assert round(exp["sum"][0], 3) == 4.669 and exp["seed_sum"][0] == pytest.approx(4.668)
+    # huge scores: shown shifted by the row's max (softmax is shift-invariant), never inf
+    big = client.post("/api/trace", json={"queries": [[1e6]], "keys": [[1e6], [0.0]],
+                                          "values": [[1.0], [2.0]]}).json()["exp"]
+    assert big["shifted"] == [True] and big["exp"][0] == [1.0, 0.0]
+
+
+@pytest.mark.parametrize(("presets", "overrides", "said"), [
+    ([], [], "No mask: every token may attend to every token."),
+    ([{"kind": "causal"}], [], "Each token sees itself and the tokens before it (causal)."),
+    ([{"kind": "window", "before": 2, "after": 1}], [],
+     "Each token sees itself and the 2 tokens before it and the 1 token after it"),
+    ([{"kind": "causal"}, {"kind": "prefix", "n": 2}], [{"i": 0, "j": 1, "allowed": True}],
+     "only when all of these hold: each token sees itself and the tokens before it (causal); "
+     "every token sees the first 2 tokens"),
+    ([], [{"i": 1, "j": 0, "allowed": False}],
+     "Every token may attend to every token, except the clicked pair “cat” (1) → “the” (0)."),
+])
+def test_masks_are_described_in_sentences(client, presets, overrides, said):
+    body = client.post("/api/mask", json={"mask": {"presets": presets,
+                                                   "overrides": overrides}}).json()
+    assert said in body["description"]
+    assert "array of shape" not in body["description"]
+
+
+def test_projections_are_x_times_w_then_qkvs_attention(client):
+    x = [[1.0, 0.0], [0.0, 1.0], [-1.0, 0.5]]
+    w_q, w_k, w_v = [[0.0, 1.0], [-1.0, 0.0]], [[2.0, 0.0], [0.0, 0.5]], [[1.0, 0.0], [1.0, 1.0]]
+    body = client.post("/api/projections", json={"x": x, "w_q": w_q, "w_k": w_k,
+                                                 "w_v": w_v}).json()
+    q, k, v = (np.asarray(x) @ np.asarray(w) for w in (w_q, w_k, w_v))
+    assert body["trace"] == explained(q, k, v)
+    assert body["shapes"]["X"].startswith("3 × 2")
+    learned = client.get("/api/projections/learned").json()
+    assert learned["hits"] == 8 and set(learned) >= {"w_q", "w_k", "w_v", "source"}
+
+
+def test_cost_tiles_are_the_kernels_classification(client):
+    from qkv import engine
+
+    body = client.post("/api/cost", json={"n": 1000, "mask": "causal", "tile_q": 64,
+                                          "tile_k": 128}).json()
+    grid = engine.block_map(qkv.causal(), 1000, 1000, tile=(64, 128))
+    assert body["grid"] == ["".join(str(c) for c in row) for row in grid]
+    assert body["tiles"]["empty"] == int((grid == 0).sum())
+    assert body["entries"] == 10**6 and body["flops_dense"] == 4 * 10**6 * 64
+    assert body["flops_qkv"] < body["flops_dense"]
+    too_many = client.post("/api/cost", json={"n": 65536, "tile_q": 16, "tile_k": 16})
+    assert too_many.status_code == 422 and "tiles" in too_many.json()["detail"]
+
+
+def test_seq2seq_decodes_as_the_shipped_models_or_is_a_503(client):
+    response = client.post("/api/seq2seq", json={"input": "hello"})
+    try:
+        from qkv.tasks import seq2seq
+    except ImportError:
+        assert response.status_code == 503
+        assert "qkv.tasks.seq2seq" in response.json()["detail"]
+        return
+    body = response.json()
+    assert body["expected"] == "olleh"
+    symbols = np.array(["abcdefghijklmnop".index(c) for c in "hello"])
+    for kind in ("attention", "fixed"):
+        out, weights = seq2seq.load_pretrained(kind).translate(symbols)
+        assert body[kind]["output"] == "".join("abcdefghijklmnop"[t] for t in out)
+        assert np.array_equal(np.array(body[kind]["weights"]), np.asarray(weights, np.float64))
+    bad = client.post("/api/seq2seq", json={"input": "xyz"})
+    assert bad.status_code == 422 and "not a symbol" in bad.json()["detail"]

@@ -4,6 +4,7 @@ against qkv; screenshots of each view are saved to docs/screenshots/ for the REA
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from pathlib import Path
@@ -453,6 +454,16 @@ def test_model_view_heads_heatmap_hover_and_neuron_view(page, minilm):
     assert [scores[f"neuron-score-{j}"][0] for j in range(n)] == trace.scores[0].tolist()
     assert page.get_by_test_id("neuron-q").locator(".dim").count() == 32
     assert trace.weights[0] == pytest.approx(weights[2, 5, 4], abs=1e-5)
+    # the values and the output row: the head's output for this token
+    for j in (0, n - 1):
+        assert json.loads(page.get_by_test_id(f"neuron-v-{j}").get_attribute("data-values")) \
+            == trace.v[j].tolist()
+    assert json.loads(page.get_by_test_id("neuron-output").get_attribute("data-values")) \
+        == trace.output[0].tolist()
+    # the heat map has a legend on the one scale, and each cell a tooltip with its number
+    assert page.get_by_test_id("heat-legend-bar").is_visible()
+    assert page.get_by_test_id("heat-cell-3-5").locator("title").text_content() == \
+        f"“{tokens[3]}” → “{tokens[5]}”: {weights[2, 5, 3, 5]:.4f}"
     shot(page, "model.png")
     # the URL holds sentence, head and token: a reload brings the same view back
     page.reload()
@@ -461,6 +472,26 @@ def test_model_view_heads_heatmap_hover_and_neuron_view(page, minilm):
     assert page.get_by_test_id("heat-title").text_content().startswith("layer 2, head 5")
     neuron = shown(page, "neuron-weight-")
     assert [neuron[f"neuron-weight-{j}"][0] for j in range(n)] == trace.weights[0].tolist()
+    # a new sentence: the hover text does not keep the old sentence's words, and follows the new
+    page.get_by_test_id("heat-cell-1-2").hover()
+    other = "A dog ran home."
+    page.get_by_test_id("sentence").fill(other)
+    page.get_by_test_id("load-sentence").click()
+    idle(page)
+    new_tokens, new_weights = minilm.attentions(other)
+    assert page.get_by_test_id("hover-info").text_content().strip() == ""
+    page.get_by_test_id("heat-cell-1-2").hover()
+    assert page.get_by_test_id("hover-info").text_content() == (
+        f"“{new_tokens[1]}” → “{new_tokens[2]}”: weight {new_weights[2, 5, 1, 2]:.4f}")
+    # the keyboard: a thumbnail and a row's token are buttons
+    page.get_by_test_id("thumb-1-3").focus()
+    page.keyboard.press("Enter")
+    assert page.get_by_test_id("heat-title").text_content().startswith("layer 1, head 3")
+    page.get_by_test_id("heat-row-2").focus()
+    page.keyboard.press("Enter")
+    idle(page)
+    title = page.get_by_test_id("neuron-title").text_content()
+    assert title.startswith(f"neuron view: “{new_tokens[2]}”")
 
 
 def test_without_the_model_wheel_the_page_says_how_to_install_it(browser, tmp_path):

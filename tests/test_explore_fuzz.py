@@ -12,6 +12,7 @@ import schemathesis
 from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
 import qkv
@@ -22,7 +23,10 @@ SCHEMA = schemathesis.openapi.from_asgi("/openapi.json", APP)
 FUZZ = settings(max_examples=40, deadline=None,
                 suppress_health_check=list(HealthCheck))
 ENDPOINTS = ("/api/trace", "/api/scale", "/api/mask", "/api/model/attentions",
-             "/api/model/neuron")
+             "/api/model/neuron", "/api/projections", "/api/mistakes", "/api/cost",
+             "/api/seq2seq")
+# endpoints that document a 503 for a piece this install may lack (the model, qkv.tasks.seq2seq)
+MAY_BE_MISSING = ("/api/model/attentions", "/api/model/neuron", "/api/seq2seq")
 
 
 @pytest.fixture(scope="module")
@@ -41,8 +45,13 @@ def test_schema_fuzz_never_a_server_error(case):
     them, so a schema-valid request may rightly get a 422.
     """
     response = case.call()
-    assert response.status_code < 500, response.text
-    case.validate_response(response, excluded_checks=[positive_data_acceptance])
+    excluded = [positive_data_acceptance]
+    if response.status_code == 503:  # documented: say what is missing, nothing else
+        assert case.path in MAY_BE_MISSING and "qkv" in response.json()["detail"], response.text
+        excluded.append(not_a_server_error)
+    else:
+        assert response.status_code < 500, response.text
+    case.validate_response(response, excluded_checks=excluded)
     if response.status_code == 422:
         assert response.json()["detail"], response.text  # a message, not just a code
 
@@ -57,7 +66,9 @@ JSON = st.recursive(
 )
 FIELDS = st.sampled_from(["queries", "keys", "values", "scale", "mask", "scores", "d_k",
                           "temperature", "seed", "n_keys", "tokens", "uniform", "sentence",
-                          "layer", "head", "token", "presets", "overrides"])
+                          "layer", "head", "token", "presets", "overrides", "x", "w_q", "w_k",
+                          "w_v", "n", "heads", "wrong_scale", "wrong_axis", "swap_kv", "tile_q",
+                          "tile_k", "d", "input", "reference_d_k"])
 
 
 @FUZZ

@@ -243,3 +243,6 @@ def test_model_requests_from_20_concurrent_clients_do_not_queue(server_url):
           f"p50 {p50:.3f} s, p99 {p99:.3f} s, max {latencies.max():.3f} s")
     assert all(ok for _, ok in results)
     assert len(results) == clients * per_client
+    # behind the old one-at-a-time lock this was p50 7.2 s, p99 14.4 s; a generous bound, as
+    # the machine is shared, that a queue of 20 model runs could not meet
+    assert p50 < 3.0, (p50, p99)

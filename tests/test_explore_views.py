@@ -324,3 +324,13 @@ def test_every_view_fits_a_phone(phone, view):
     width = phone.evaluate("document.documentElement.scrollWidth")
     assert width <= PHONE["width"], f"{view} is {width} px wide on a {PHONE['width']} px phone"
     shot(phone, f"phone-{view}.png")
+
+
+def test_the_html_export_fits_a_phone(phone):
+    """`qkv look --html` / Figure.save("x.html"): 6 × 12 heads on a 390 px screen scroll
+    inside their boxes; the page itself is never wider than the screen."""
+    weights = np.random.default_rng(0).dirichlet(np.ones(10), size=(6, 12, 10))
+    phone.set_content(qkv.show(weights).html())
+    width = phone.evaluate("document.documentElement.scrollWidth")
+    assert width <= PHONE["width"], width
+    shot(phone, "phone-html-export.png")

@@ -72,3 +72,17 @@ def test_text_on_every_weight_cell_meets_wcag_aa():
 
     worst = min(_contrast(weight_rgb(w / 1000), rgb(ink_for(w / 1000))) for w in range(1001))
     assert worst >= 4.5
+
+
+def test_the_html_export_has_a_viewport_and_scrolls_instead_of_overflowing():
+    page = qkv.show(np.full((3, 3), 1 / 3)).html()
+    assert '<meta name="viewport" content="width=device-width, initial-scale=1">' in page
+    assert "overflow-x:auto" in page
+
+
+def test_the_terminal_view_marks_masked_pairs():
+    trace = qkv.explain(*SEED, mask=qkv.padding(2))
+    text = str(qkv.show(trace))
+    row = next(line for line in text.splitlines() if line.strip().startswith("0 q0"))
+    assert row.split()[-3:] == ["67", "33", "×"]
+    assert "× = masked" in text

@@ -69,13 +69,17 @@ def run(args: argparse.Namespace) -> int:
         weight = trace.weights[0, j]
         good = _agrees(weight, SEED_WEIGHTS[j])
         ok &= good
-        table.add_row(f"k{j + 1}", str(tuple(key)), f"{trace.scores[0, j]:.3f}",
+        table.add_row(f"k{j}", str(tuple(key)), f"{trace.scores[0, j]:.3f}",
                       f"{trace.scaled[0, j]:.3f}", f"{exps[j]:.3f}", f"{weight:.3f}",
                       f"{SEED_WEIGHTS[j]}", _check(good))
     console.print(table)
-    console.print(f"sum of exp = {exps.sum():.3f}; weights = exp / sum sum to "
-                  f"{trace.weights[0].sum():.4f}. Key 1 matches best and gets the most weight, "
-                  "but key 3, a partial match, still earns a real share: a soft lookup.")
+    hand = float(np.round(exps, 3).sum())
+    console.print(f"sum of exp = {exps.sum():.3f} (the seed adds the rounded values "
+                  f"{' + '.join(f'{e:.3f}' for e in exps)} = {hand:.3f} by hand, so it prints "
+                  f"{hand:.3f}); weights = exp / sum sum to {trace.weights[0].sum():.4f}. Keys are "
+                  "numbered from 0 here, as in qkv explore and Python (the seed's k₁, k₂, k₃ are "
+                  "k0, k1, k2). k0 matches best and gets the most weight, but k2, a partial "
+                  "match, still earns a real share: a soft lookup.")
 
     # -- 2. the blend ----------------------------------------------------------------------
     console.rule("2 · Blending the values with those weights")

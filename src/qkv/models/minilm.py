@@ -258,20 +258,22 @@ class MiniLM:
         q, k, v = self.layers[index].attn.project(x)  # each (H, n, d_head)
         return batch.tokens[0], q, k, v
 
-    def head_trace(self, sentence: str, layer: int, head: int, token: int):
+    def head_trace(self, sentence: str, layer: int, head: int, token: int, *, inputs=None):
         """``(tokens, trace)``: the neuron view of ``token`` in head ``head`` of ``layer``.
 
         ``trace`` is ``qkv.explain(q[head, [token]], k[head], v[head])`` of
         :meth:`head_inputs` in float64: token's query, every key and value, the dot products,
         the scaled scores, the weights and the output row. Runs the layers up to ``layer`` only.
-        Used by ``qkv look --token`` and the explorer's neuron view.
+        Used by ``qkv look --token`` and the explorer's neuron view. ``inputs``: what
+        ``head_inputs(sentence, layer)`` returned, if the caller kept it (the explorer caches
+        it, so a click on another head or token of the same layer costs one small explain).
         """
         from ..engine.trace import explain
 
         c = self.config
         for name, value, size in (("layer", layer, c.n_layers), ("head", head, c.n_heads)):
             _check_index(name, value, size)
-        tokens, q, k, v = self.head_inputs(sentence, layer)  # each (H, n, d_head)
+        tokens, q, k, v = inputs or self.head_inputs(sentence, layer)  # each (H, n, d_head)
         _check_index("token", token, len(tokens), f" (the sentence has {len(tokens)} tokens)")
         q, k, v = (np.asarray(x, dtype=np.float64) for x in (q, k, v))
         return tokens, explain(q[head, [token]], k[head], v[head])

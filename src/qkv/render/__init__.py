@@ -48,7 +48,8 @@ class Figure:
         if head is None:
             return small_multiples(self.heads, layer)
         return Heatmap(self.heads.head(layer, head), self.heads.queries, self.heads.keys,
-                       title=self.heads.label(layer, head))
+                       title=self.heads.label(layer, head),
+                       allowed=self.heads.head_allowed(layer, head))
 
     def save(self, path, layer: int = 0, head: int = 0) -> Path:
         """Write ``.html`` (every head) or ``.svg`` (one head), chosen by the file's suffix."""

@@ -16,7 +16,16 @@ from __future__ import annotations
 import numpy as np
 
 from ..engine.trace import Trace
-from .colors import hex_color, ink_for, limit_of, signed_rgb, weight_color, weight_rgb
+from .colors import (
+    MASKED,
+    MASKED_MARK,
+    hex_color,
+    ink_for,
+    limit_of,
+    signed_rgb,
+    weight_color,
+    weight_rgb,
+)
 from .heads import Heads
 
 
@@ -25,11 +34,12 @@ def _short(label: str, width: int) -> str:
 
 
 def heatmap(weights: np.ndarray, queries: list[str], keys: list[str], title: str = "",
-            max_width: int | None = None):
+            max_width: int | None = None, allowed: np.ndarray | None = None):
     """A rich ``Text`` of one head ``(Nq, Nk)``: the weight of each cell in percent (0–100).
 
     With ``max_width``, only the key columns that fit are drawn, and a note says how many were
     left out (the HTML and SVG views show them all). :class:`Heatmap` passes the console width.
+    ``allowed`` (Nq, Nk) bool: masked pairs print "×" on grey, never a weight of 0.
     """
     from rich.text import Text
 
@@ -54,9 +64,14 @@ def heatmap(weights: np.ndarray, queries: list[str], keys: list[str], title: str
         out.append(f"{i:>3} {_short(query, side).ljust(side)} ")
         for j in range(nk):
             v = float(w[i, j])
+            if allowed is not None and not allowed[i, j]:
+                out.append(f"{MASKED_MARK:>3}", style=f"#444444 on {hex_color(MASKED)}")
+                continue
             out.append(f"{round(v * 100):>3d}", style=f"{ink_for(v)} on {weight_color(v)}")
         out.append("\n")
-    out.append("% of each query's attention; each row sums to 100", style="dim")
+    out.append("% of each query's attention; each row sums to 100"
+               + (f"; {MASKED_MARK} = masked (may not attend)" if allowed is not None else ""),
+               style="dim")
     if nk < w.shape[1]:
         out.append(f"\nkeys {nk}–{w.shape[1] - 1} do not fit this terminal and are not shown; "
                    "widen it, or write the HTML or SVG view", style="yellow")
@@ -66,11 +81,13 @@ def heatmap(weights: np.ndarray, queries: list[str], keys: list[str], title: str
 class Heatmap:
     """:func:`heatmap` sized to the console it is printed on."""
 
-    def __init__(self, weights: np.ndarray, queries: list[str], keys: list[str], title: str = ""):
+    def __init__(self, weights: np.ndarray, queries: list[str], keys: list[str], title: str = "",
+                 allowed: np.ndarray | None = None):
         self.args = (weights, queries, keys, title)
+        self.allowed = allowed
 
     def __rich_console__(self, console, options):
-        yield heatmap(*self.args, max_width=options.max_width)
+        yield heatmap(*self.args, max_width=options.max_width, allowed=self.allowed)
 
 
 def _block(weights: np.ndarray):

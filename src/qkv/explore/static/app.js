@@ -1616,7 +1616,8 @@
     };
     $("#seq2seq-result").replaceChildren(
       el("p", {}, ["task: reverse the input. expected ", el("code", { "data-testid": "seq2seq-expected" },
-        data.expected)]),
+        data.expected), ` (both models were trained on inputs of ${data.trained_lengths[0]} to ` +
+        `${data.trained_lengths[1]} symbols, a…p)`]),
       el("div", { cls: "steps" }, [
         side("attention", "attention: cross-attention weights (decoder steps × encoder positions)"),
         side("fixed", "fixed context vector: the decoder sees only the last encoder state"),
