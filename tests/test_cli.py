@@ -23,3 +23,10 @@ def test_demo_agrees_with_the_seeds():
 def test_help_lists_commands():
     result = run("--help")
     assert result.returncode == 0 and "demo" in result.stdout
+
+
+def test_version():
+    import qkv
+
+    result = run("--version")
+    assert result.returncode == 0 and result.stdout.strip() == f"qkv {qkv.__version__}"

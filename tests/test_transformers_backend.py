@@ -262,8 +262,8 @@ def test_translate_mask_is_the_same_mask(nq, nk):
     q = rng.standard_normal((2, 1, nq, 4))
     k = rng.standard_normal((2, 1, nk, 4))
     for dense, want in cases.values():
-        for given in (torch.from_numpy(np.ascontiguousarray(dense)),
-                      torch.where(torch.from_numpy(np.ascontiguousarray(dense)), 0.0,
+        for given in (torch.from_numpy(np.array(dense)),
+                      torch.where(torch.from_numpy(np.array(dense)), 0.0,
                                   torch.finfo(torch.float32).min)):
             tr = qt.translate_mask(given, nq, nk, True)
             got = qkv.attention_weights(q, k, tr.mask, tr.bias)

@@ -22,11 +22,18 @@ COMMANDS = {
 }
 
 
+def _version() -> str:
+    from . import __version__
+
+    return __version__
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="qkv",
         description="Attention you can see, check and train: softmax(Q Kᵀ / √d_k) V.",
     )
+    parser.add_argument("--version", action="version", version=f"qkv {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, module_name in COMMANDS.items():
         module = importlib.import_module(module_name)
@@ -44,8 +51,10 @@ def main(argv: list[str] | None = None) -> int:
     except ModuleNotFoundError as exc:  # an optional extra is missing: say which
         if (exc.name or "qkv").split(".")[0] == "qkv":
             raise
+        from ._install import install_hint
+
         print(f"qkv {args.command}: needs the package '{exc.name}', which is not installed. "
-              "Install the extras with: pip install 'qkv[all]' (see README.md)", file=sys.stderr)
+              f"Install the extras with: {install_hint('all')} (see README.md)", file=sys.stderr)
         return 2
 
 

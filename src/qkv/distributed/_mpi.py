@@ -6,8 +6,10 @@ install it.
 
 from __future__ import annotations
 
+from .._install import install_hint
+
 INSTALL = (
-    "qkv.distributed needs mpi4py and an MPI library: pip install 'qkv[mpi]' and, on "
+    f"qkv.distributed needs mpi4py and an MPI library: {install_hint('mpi')} and, on "
     "Debian/Ubuntu, apt-get install openmpi-bin libopenmpi-dev; then launch with "
     "mpirun -n 4 python your_script.py"
 )

@@ -38,14 +38,16 @@ import numpy as np
 
 import qkv
 
+from .._install import install_hint
+
 try:
     import torch
     from transformers import AttentionInterface
     from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 except ImportError as e:  # a missing package, or a transformers older than 4.53
     raise ImportError(
-        f"qkv.integrations.transformers needs transformers>=4.53 and torch ({e}); from a qkv "
-        "clone: pip install -e '.[hf]' (torch comes with your transformers setup)") from e
+        f"qkv.integrations.transformers needs transformers>=4.53 and torch ({e}): "
+        f"{install_hint('hf')}; torch comes with your transformers setup") from e
 
 __all__ = ["NAME", "Recorder", "attention_forward", "record", "register", "translate_mask"]
 
