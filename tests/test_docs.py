@@ -30,9 +30,7 @@ MARKER = re.compile(r"<!--\s*skip-test\b")
 FENCE = re.compile(r"^```(\w*)\s*$")
 COMMAND = re.compile(r"^(qkv|python3? -m qkv)\s")
 
-README_SKIPS = {
-    "qkv.causal()": "a listing of the mask constructors with placeholder arguments",
-}
+README_SKIPS: dict[str, str] = {}
 SKIP_COMMANDS = {
     "qkv ring": "launches MPI ranks for minutes (tests/test_distributed.py)",
     "qkv explore": "serves until stopped (tests/test_explore_*.py)",

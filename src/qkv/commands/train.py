@@ -327,7 +327,7 @@ def _check_heatmap(args, name: str) -> None:
 
         if importlib.util.find_spec("matplotlib") is None:
             raise SystemExit(f"qkv train {name}: --plot needs matplotlib, which is not "
-                             "installed: pip install 'qkv[plot]'")
+                             "installed: pip install -e '.[plot]' in your qkv clone")
 
 
 def run_seq2seq(args: argparse.Namespace) -> int:

@@ -109,9 +109,11 @@ class KernelConfig:
         if self.backend == "auto":
             return "compiled" if has_numba() else "numpy"
         if self.backend == "compiled" and not has_numba():
+            from .._install import install_hint
+
             raise ModuleNotFoundError(
-                "kernel_config(backend='compiled') needs Numba: pip install 'qkv[fast]' "
-                "(or pip install numba)", name="numba")
+                f"kernel_config(backend='compiled') needs Numba: {install_hint('fast')}",
+                name="numba")
         return self.backend
 
 

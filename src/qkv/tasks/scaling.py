@@ -202,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
 
         if importlib.util.find_spec("matplotlib") is None:
             parser.error("--plot needs matplotlib, which is not installed: "
-                         "pip install 'qkv[plot]'")
+                         "pip install -e '.[plot]' in your qkv clone")
     ns = []
     n = args.min_n
     while n <= args.max_n:
