@@ -36,7 +36,7 @@ def mpirun(n: int, *args: str, timeout: float = 120) -> subprocess.CompletedProc
     """Run ``python *args`` on n ranks (oversubscribed: this machine has 2 cores)."""
     if shutil.which("mpirun") is None:
         pytest.skip("mpirun not found: apt-get install openmpi-bin libopenmpi-dev")
-    pytest.importorskip("mpi4py", reason="pip install 'qkv[mpi]'")
+    pytest.importorskip("mpi4py", reason="pip install -e '.[mpi]'")
     cmd = ["mpirun", "-n", str(n), "--oversubscribe"]
     if os.geteuid() == 0:
         cmd.append("--allow-run-as-root")
@@ -170,7 +170,7 @@ def test_qkv_ring_without_mpi4py_says_how_to_install():
                          timeout=60)
     assert run.returncode == 2, run.stdout + run.stderr
     assert "mpi4py is not installed" in run.stderr
-    assert "pip install 'qkv[mpi]'" in run.stderr and "openmpi-bin" in run.stderr
+    assert "pip install -e '.[mpi]'" in run.stderr and "openmpi-bin" in run.stderr
 
 
 # --------------------------------------------------------------------------------------------
@@ -251,7 +251,7 @@ def test_without_mpi4py_import_works_and_calls_say_how_to_install():
     )
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stderr
-    assert "pip install 'qkv[mpi]'" in run.stdout
+    assert "pip install -e '.[mpi]'" in run.stdout
     assert "apt-get install openmpi-bin libopenmpi-dev" in run.stdout
 
 
