@@ -72,10 +72,11 @@ class KVCache:
         y = mha_i(x_new, mask=qkv.causal(), cache=cache[i])
     """
 
-    def __init__(self, n_layers: int):
+    def __init__(self, n_layers: int, new_layer=LayerCache):
         if isinstance(n_layers, bool) or not isinstance(n_layers, int) or n_layers < 1:
-            raise ValueError(f"KVCache: n_layers must be a positive int, got {n_layers!r}")
-        self.layers = [LayerCache() for _ in range(n_layers)]
+            raise ValueError(
+                f"{type(self).__name__}: n_layers must be a positive int, got {n_layers!r}")
+        self.layers = [new_layer() for _ in range(n_layers)]
 
     def __getitem__(self, i: int) -> LayerCache:
         return self.layers[i]

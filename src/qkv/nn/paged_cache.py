@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .cache import KVCache
+
 
 class PagedLayerCache:
     """One attention layer's paged cache, for a batch of ``batch`` sequences.
@@ -102,24 +104,13 @@ class PagedLayerCache:
         self.length = 0
 
 
-class PagedKVCache:
+class PagedKVCache(KVCache):
     """Per-layer paged caches: ``cache[i]`` is layer i's :class:`PagedLayerCache`."""
 
     def __init__(self, n_layers: int, batch: int, num_blocks: int, block_size: int = 16):
-        if isinstance(n_layers, bool) or not isinstance(n_layers, int) or n_layers < 1:
-            raise ValueError(f"PagedKVCache: n_layers must be a positive int, got {n_layers!r}")
-        self.layers = [PagedLayerCache(batch, num_blocks, block_size) for _ in range(n_layers)]
-
-    def __getitem__(self, i: int) -> PagedLayerCache:
-        return self.layers[i]
-
-    def __len__(self) -> int:
-        return len(self.layers)
-
-    @property
-    def length(self) -> int:
-        return self.layers[0].length
+        super().__init__(n_layers, lambda: PagedLayerCache(batch, num_blocks, block_size))
 
     def release(self) -> None:
+        """Return every layer's blocks to its pool."""
         for layer in self.layers:
             layer.release()
