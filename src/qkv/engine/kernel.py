@@ -223,6 +223,19 @@ def _dot(weights: np.ndarray, x: np.ndarray, bad: np.ndarray | None) -> np.ndarr
     return result
 
 
+def _planes_dot(p: Problem, weights: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """The small path's batched ``weights @ x``: ``(b, Hkv, G, Nq, Nk) @ (b, Hkv, 1, Nk, D)``.
+    Non-finite rows of x (only possible with check_finite=False) go plane by plane through
+    :func:`_dot`, so they reach only the outputs that weight them."""
+    if p.checked_finite or np.isfinite(x).all():
+        return weights @ x
+    xb = np.broadcast_to(x, (*weights.shape[:3], *x.shape[-2:]))
+    planes = [_dot(w, xi, _bad_rows(p, xi)) for w, xi in
+              zip(weights.reshape(-1, *weights.shape[-2:]), xb.reshape(-1, *x.shape[-2:]),
+                  strict=True)]
+    return np.stack(planes).reshape(*weights.shape[:-1], x.shape[-1])
+
+
 def _in_compute(p: Problem, x: np.ndarray) -> np.ndarray:
     """k or v as ``(B, H, N, D)`` in the compute dtype: float16 is converted once per call (not
     once per tile — a query tile per head would otherwise convert the whole head again)."""
@@ -381,13 +394,7 @@ def _forward_small(p, cfg, step, out, lse) -> None:
         if kept is not None:
             s *= kept
         weights = np.swapaxes(s, -1, -2)  # P (b, Hkv, G, Nq, Nk)
-        if p.checked_finite or np.isfinite(v_rows).all():
-            acc = weights @ v_rows  # (b, Hkv, G, Nq, Dv)
-        else:  # non-finite values (check_finite=False): plane by plane, kept out of 0 weights
-            vb = np.broadcast_to(v_rows, (*s.shape[:3], p.nk, p.dv))
-            acc = np.stack([_dot(w, x, _bad_rows(p, x)) for w, x in
-                            zip(weights.reshape(-1, p.nq, p.nk), vb.reshape(-1, p.nk, p.dv),
-                                strict=True)]).reshape(*s.shape[:3], p.nq, p.dv)
+        acc = _planes_dot(p, weights, v_rows)  # (b, Hkv, G, Nq, Dv)
         acc = np.ascontiguousarray(acc).reshape(n * p.hq, p.nq, p.dv)
         _finish(m, row_sum, acc)
         out_g[rows] = acc.reshape(n, p.hkv, p.group, p.nq, p.dv)
@@ -640,13 +647,7 @@ def _backward_small(p, cfg, step, delta, lse_f, dout_f, dbias=None):
         _softcap_grad(dp, t)
         ds = np.swapaxes(dp, -1, -2)  # dS (b, Hkv, G, Nq, Nk)
         k_rows = k_g[rows].astype(c, copy=False)  # (b, Hkv, 1, Nk, Dk)
-        if p.checked_finite or np.isfinite(k_rows).all():
-            dq[rows] = (ds @ k_rows) * scale
-        else:  # non-finite keys (check_finite=False): kept out of their 0 gradients
-            kb = np.broadcast_to(k_rows, (*ds.shape[:3], p.nk, p.dk))
-            dq[rows] = np.stack([_dot(di, ki, _bad_rows(p, ki)) for di, ki in
-                                 zip(ds.reshape(-1, p.nq, p.nk), kb.reshape(-1, p.nk, p.dk),
-                                     strict=True)]).reshape(*ds.shape[:3], p.nq, p.dk) * scale
+        dq[rows] = _planes_dot(p, ds, k_rows) * scale  # dS K
         dk[rows] = (dp @ q_g[rows].astype(c, copy=False)).sum(axis=2) * scale
 
     _run(p, cfg, worker, _small_chunks(p), passes=2.5)
