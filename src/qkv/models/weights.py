@@ -55,10 +55,16 @@ def read_weights(path: Path, config: dict) -> dict[str, np.ndarray]:
     """
     from safetensors import SafetensorError, safe_open
 
-    expected = expected_tensors(config)
     try:
         with safe_open(str(path), framework="numpy") as fh:
             names = set(fh.keys())
+            # Count the file's layers before listing what config.json expects: a tampered
+            # num_hidden_layers=10**6 would otherwise build 16 million names before failing.
+            layers = {name.split(".")[2] for name in names if name.startswith("encoder.layer.")}
+            if len(layers) != config["num_hidden_layers"]:
+                raise broken(path, f"holds {len(layers)} encoder layers; config.json says "
+                             f"num_hidden_layers={config['num_hidden_layers']}")
+            expected = expected_tensors(config)
             missing = sorted(set(expected) - names)
             if missing:
                 more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
