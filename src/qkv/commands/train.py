@@ -129,12 +129,13 @@ def run(args: argparse.Namespace) -> int:  # dispatched through the subcommand's
 
 
 def _load(path):
-    """Run.load, with a missing or foreign checkpoint reported in one line, not a traceback."""
+    """Run.load, with a missing, unreadable, foreign, truncated or edited checkpoint reported
+    in one line (naming the file), not a traceback."""
     from qkv.tasks import Run
 
     try:
         return Run.load(path)
-    except (FileNotFoundError, ValueError) as exc:
+    except (OSError, ValueError) as exc:  # CheckpointError is a ValueError
         raise SystemExit(f"qkv train: {exc}") from None
 
 
@@ -144,7 +145,7 @@ def _config_from_args(args, base=None):
     given = {field: getattr(args, flag) for flag, field in CONFIG_FLAGS.items()
              if getattr(args, flag) is not None}
     if base is None:
-        return RecallConfig(**given)
+        return _config(RecallConfig, "recall", given)
     clash = {f: v for f, v in given.items() if getattr(base, f) != v}
     if clash:
         field, value = next(iter(clash.items()))
@@ -171,6 +172,9 @@ def run_recall(args: argparse.Namespace) -> int:
 
     console = Console()
     path = Path(args.checkpoint)
+    if path.is_dir():
+        raise SystemExit(f"qkv train recall: --checkpoint {path} is a directory; give a file "
+                         "name such as recall.safetensors")
     if args.resume:
         run = _load(path)
         _config_from_args(args, run.config)
@@ -208,9 +212,13 @@ def run_recall(args: argparse.Namespace) -> int:
                 console.print(f"step {m['step']}: held-out accuracy {m['accuracy']:.4f}, "
                               f"top weight on the matching key {m['top_weight_hit']:.4f}")
 
-        final = run.train(args.steps, eval_every=args.eval_every, held_out=args.held_out,
-                          checkpoint=path, stop_at=args.stop_at, on_step=on_step,
-                          on_eval=on_eval)
+        try:
+            final = run.train(args.steps, eval_every=args.eval_every, held_out=args.held_out,
+                              checkpoint=path, stop_at=args.stop_at, on_step=on_step,
+                              on_eval=on_eval)
+        except OSError as exc:  # the checkpoint cannot be written: say so in one line
+            raise SystemExit(f"qkv train recall: cannot write the checkpoint {path}: "
+                             f"{exc.strerror or exc}") from None
     console.print(f"[bold]step {final['step']}[/bold]: held-out accuracy "
                   f"[bold]{final['accuracy']:.4f}[/bold] on {args.held_out} sequences; the "
                   f"largest attention weight falls on the matching key for "

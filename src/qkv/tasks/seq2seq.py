@@ -280,17 +280,49 @@ class Seq2SeqModel:
                          {"task": TASK, "kind": self.kind, "config": self.config.to_dict(),
                           "metrics": metrics or {}})
 
+    @staticmethod
+    def pinned_shapes(config: Seq2SeqConfig, kind: str) -> dict[str, tuple[int, ...]]:
+        """The shapes of the parameters that fix every size in ``config`` the model allocates
+        (n_symbols, d_emb, d_hidden, d_attn): a checkpoint's header is checked against them
+        before a model is built from its config."""
+        c = config
+        shapes = {"emb.weight": (c.n_symbols + 1, c.d_emb),
+                  "enc.w_ih": (c.d_emb, 3 * c.d_hidden),
+                  "out.weight": (2 * c.d_hidden, c.n_symbols)}
+        if kind == "attention":
+            shapes["attn.w_q"] = (c.d_hidden, c.d_attn)
+        return shapes
+
     @classmethod
     def load(cls, path) -> Seq2SeqModel:
-        tensors, meta = ckpt.load(path)
-        if meta.get("task") != TASK or meta.get("kind") not in KINDS:
-            raise ValueError(f"{path} is a checkpoint of task {meta.get('task')!r}, not {TASK!r}")
-        model = cls(Seq2SeqConfig(**meta["config"]), meta["kind"])
-        for name, p in model.params.items():
-            saved = tensors.get(f"model.{name}")
-            if saved is None or saved.shape != p.shape:
-                raise ValueError(f"{path}: parameter {name!r} missing or of the wrong shape")
-            p[...] = saved
+        """The model saved at ``path``; a :class:`~qkv.tasks.checkpoint.CheckpointError` naming
+        the file for anything truncated, edited or inconsistent."""
+
+        def check(meta, shapes):
+            if meta.get("task") != TASK or meta.get("kind") not in KINDS:
+                raise ckpt.CheckpointError(f"a checkpoint of task {meta.get('task')!r} "
+                                           f"(kind {meta.get('kind')!r}), not {TASK!r}")
+            config = ckpt.config_from(Seq2SeqConfig, meta.get("config"))
+            ckpt.expect_shapes(shapes, {f"model.{n}": s for n, s in
+                                        cls.pinned_shapes(config, meta["kind"]).items()},
+                               "config")
+            if not isinstance(meta.get("metrics", {}), dict):
+                raise ckpt.CheckpointError("metrics must be a JSON object")
+
+        tensors, meta = ckpt.load(path, check=check)
+        with ckpt.reading(path):
+            model = cls(ckpt.config_from(Seq2SeqConfig, meta["config"]), meta["kind"])
+            extra = sorted(set(tensors) - {f"model.{n}" for n in model.params})
+            if extra:
+                raise ckpt.CheckpointError(f"unexpected tensors {extra[:3]}")
+            for name, p in model.params.items():
+                saved = tensors.get(f"model.{name}")
+                if saved is None or saved.shape != p.shape or saved.dtype != p.dtype:
+                    raise ckpt.CheckpointError(f"parameter {name!r} missing or mismatched "
+                                               f"(expected {p.dtype}{p.shape})")
+                if not np.isfinite(saved).all():
+                    raise ckpt.CheckpointError(f"parameter {name!r} holds NaN or infinity")
+                p[...] = saved
         model.metrics = meta.get("metrics", {})
         return model
 

@@ -56,19 +56,38 @@ class Run:
 
     @classmethod
     def load(cls, path) -> Run:
-        tensors, meta = ckpt.load(path)
-        if meta.get("task") != TASK:
-            raise ValueError(f"{path} is a checkpoint of task {meta.get('task')!r}, not {TASK!r}")
-        run = cls.fresh(RecallConfig(**meta["config"]))
-        for name, p in run.model.params.items():
-            saved = tensors.get(f"model.{name}")
-            if saved is None or saved.shape != p.shape or saved.dtype != p.dtype:
-                raise ValueError(f"{path}: parameter {name!r} missing or mismatched "
-                                 f"(expected {p.dtype}{p.shape})")
-            p[...] = saved
-        run.opt.load_state_dict({n[len("adam."):]: a for n, a in tensors.items()
-                                 if n.startswith("adam.")})
-        run.rng.bit_generator.state = meta["rng"]
+        """The run saved at ``path``; a :class:`~qkv.tasks.checkpoint.CheckpointError` naming
+        the file for anything truncated, edited, out of range or inconsistent. The config is
+        checked against the stored shapes before the model is built from it."""
+        tensors, meta = ckpt.load(path, check=_check_header)
+        with ckpt.reading(path):
+            config = ckpt.config_from(RecallConfig, meta["config"])
+            run = cls.fresh(config)
+            expected = {f"model.{n}": p for n, p in run.model.params.items()}
+            expected.update({f"adam.{n}": a for n, a in run.opt.state_dict().items()})
+            extra = sorted(set(tensors) - set(expected))
+            if extra:
+                raise ckpt.CheckpointError(f"unexpected tensors {extra[:3]}")
+            for name, want in expected.items():
+                got = tensors.get(name)
+                if got is None or got.shape != want.shape or got.dtype != want.dtype:
+                    raise ckpt.CheckpointError(
+                        f"tensor {name!r} is {_describe(got)}, expected {want.dtype}"
+                        f"{want.shape}")
+                if got.dtype.kind == "f" and not np.isfinite(got).all():
+                    raise ckpt.CheckpointError(f"tensor {name!r} holds NaN or infinity")
+            for name, p in run.model.params.items():
+                p[...] = tensors[f"model.{name}"]
+            run.opt.load_state_dict({n[len("adam."):]: a for n, a in tensors.items()
+                                     if n.startswith("adam.")})
+            if run.opt.t != meta["step"]:
+                raise ckpt.CheckpointError(f"adam.step is {run.opt.t} but step is "
+                                           f"{meta['step']}")
+            try:
+                run.rng.bit_generator.state = meta["rng"]
+            except (TypeError, ValueError, KeyError) as exc:
+                raise ckpt.CheckpointError(f"rng is not a {type(run.rng.bit_generator).__name__}"
+                                           f" state ({exc})") from None
         run.step, run.elapsed, run.history = meta["step"], meta["elapsed"], meta["history"]
         return run
 
@@ -128,3 +147,31 @@ class Run:
         if on_eval:
             on_eval(self, metrics)
         return metrics
+
+
+def _check_header(meta: dict, shapes: ckpt.Shapes) -> None:
+    """The metadata of a recall checkpoint, checked on the header alone (before any tensor is
+    read or any model built): task, config (types, ranges, and the sizes its tensors pin),
+    step, elapsed and history."""
+    if meta.get("task") != TASK:
+        raise ckpt.CheckpointError(f"a checkpoint of task {meta.get('task')!r}, not {TASK!r}")
+    for key in ("config", "step", "rng", "elapsed", "history"):
+        if key not in meta:
+            raise ckpt.CheckpointError(f"metadata {key!r} is missing")
+    config = ckpt.config_from(RecallConfig, meta["config"])
+    ckpt.expect_shapes(shapes, {f"model.{n}": s for n, s in
+                                RecallModel.pinned_shapes(config).items()}, "config")
+    ckpt.natural(meta["step"], "step")
+    elapsed = meta["elapsed"]
+    if (isinstance(elapsed, bool) or not isinstance(elapsed, (int, float))
+            or not 0 <= elapsed < float("inf")):
+        raise ckpt.CheckpointError(f"elapsed must be a number of seconds ≥ 0, got {elapsed!r}")
+    history = meta["history"]
+    if not isinstance(history, list) or not all(isinstance(h, dict) for h in history):
+        raise ckpt.CheckpointError("history must be a list of evaluations")
+    if not isinstance(meta["rng"], dict):
+        raise ckpt.CheckpointError("rng must be a generator state (a JSON object)")
+
+
+def _describe(a) -> str:
+    return "missing" if a is None else f"{a.dtype}{a.shape}"
