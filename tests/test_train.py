@@ -169,3 +169,37 @@ def test_cli_default_run_reaches_99_percent_and_explains_it(tmp_path, capsys):
 def test_cli_reports_a_missing_checkpoint_in_one_line(tmp_path):
     with pytest.raises(SystemExit, match=r"no checkpoint at .*qkv train recall --checkpoint"):
         main(["train", "explain", "--checkpoint", str(tmp_path / "none.safetensors")])
+
+
+def test_explain_index_is_the_same_query_whatever_held_out_is(tmp_path, capsys):
+    """`--index i` shows example i from its own generator: --held-out changes only the totals."""
+    task = RecallTask(SMALL)
+    for i in (0, 3, 17):
+        a, b = task.example(i), task.example(i)
+        assert a.keys.shape == (1, SMALL.n_pairs + 1)
+        np.testing.assert_array_equal(a.keys, b.keys)
+        np.testing.assert_array_equal(a.values, b.values)
+    assert not np.array_equal(task.example(0).keys, task.example(1).keys)
+    with pytest.raises(ValueError, match="index must be an int ≥ 0"):
+        task.example(-1)
+
+    path = tmp_path / "r.safetensors"
+    assert main(["train", "recall", "--keys", "16", "--values", "16", "--pairs", "6",
+                 "--d-model", "16", "--steps", "4", "--eval-every", "4", "--held-out", "50",
+                 "--no-progress", "--checkpoint", str(path)]) == 0
+    views = {}
+    for held in (1, 7, 300):
+        capsys.readouterr()
+        assert main(["train", "explain", "--checkpoint", str(path), "--index", "5",
+                     "--held-out", str(held)]) == 0
+        out = capsys.readouterr().out
+        example, _, totals = out.partition(f"over {held} held-out sequences")
+        assert totals, out
+        views[held] = example
+    assert views[1] == views[7] == views[300]
+    assert "held-out example 5" in views[1]
+    shown = RecallTask(Run.load(path).config).example(5)  # the query the view shows
+    assert f"query key k{int(shown.keys[0, -1])};" in views[1]
+    assert f"stored under it: v{int(shown.target[0])} (pair {int(shown.slot[0])})" in views[1]
+    with pytest.raises(SystemExit, match="--index must be ≥ 0"):
+        main(["train", "explain", "--checkpoint", str(path), "--index", "-1"])

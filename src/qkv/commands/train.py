@@ -67,9 +67,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     exp = sub.add_parser("explain", help="show a checkpoint's learned lookup",
                          description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     exp.add_argument("--checkpoint", default="recall.safetensors", help="checkpoint to explain")
-    exp.add_argument("--index", type=int, default=0, help="which held-out sequence to show")
+    exp.add_argument("--index", type=int, default=0,
+                     help="which held-out example to show (≥ 0; example i is drawn from its own "
+                          "generator [seed, 0xE7A1, 1, i], so it does not depend on --held-out)")
     exp.add_argument("--held-out", type=int, default=2000,
-                     help="held-out sequences for the hit fraction (2000)")
+                     help="held-out sequences for the hit fraction and accuracy (default 2000; "
+                          "generator [seed, 0xE7A1], as training's evaluations)")
     exp.set_defaults(train_run=run_explain)
     _add_seq2seq(sub)
     _add_farback(sub)
@@ -159,14 +162,6 @@ def run_recall(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from rich.console import Console
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
 
     from qkv.tasks import Run
 
@@ -193,12 +188,7 @@ def run_recall(args: argparse.Namespace) -> int:
                       "pass a larger --steps to train further")
         return 0
 
-    progress = Progress(
-        TextColumn("[bold]step"), MofNCompleteColumn(), BarColumn(),
-        TextColumn("loss {task.fields[loss]:.4f} · batch acc {task.fields[acc]:.3f} · "
-                   "held-out acc {task.fields[held]}"),
-        TimeElapsedColumn(), TimeRemainingColumn(), console=console,
-        disable=args.no_progress)
+    progress = _recall_progress(console, args.steps, disable=args.no_progress)
     with progress:
         bar = progress.add_task("train", total=args.steps, completed=run.step, loss=float("nan"),
                                 acc=0.0, held="—")
@@ -234,17 +224,17 @@ def run_explain(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     import qkv
-    from qkv.tasks import RecallBatch, RecallTask, evaluate
+    from qkv.tasks import RecallTask, evaluate
 
     console = Console()
+    if args.index < 0:
+        raise SystemExit(f"qkv train explain: --index must be ≥ 0, got {args.index}")
+    if args.held_out < 1:
+        raise SystemExit(f"qkv train explain: --held-out must be ≥ 1, got {args.held_out}")
     run = _load(args.checkpoint)
     model, c = run.model, run.config
-    held = RecallTask(c).held_out(args.held_out)
-    if not 0 <= args.index < args.held_out:
-        raise SystemExit(f"qkv train explain: --index must lie in [0, {args.held_out}), "
-                         f"got {args.index}")
     i = args.index
-    one = RecallBatch(*(a[i: i + 1] for a in (held.keys, held.values, held.target, held.slot)))
+    one = RecallTask(c).example(i)  # independent of --held-out: its own generator
     weights = model.lookup(one)[0]  # (H, S) from qkv.attention_weights
     predicted = int(model.predict(one)[0])
     # The same lookup, traced by the float64 reference: scores, scaled scores, weights.
@@ -253,7 +243,7 @@ def run_explain(args: argparse.Namespace) -> int:
     trace = qkv.explain(q[0, 0], k[0, 0], v[0, 0])
 
     query, target, slot = int(one.keys[0, -1]), int(one.target[0]), int(one.slot[0])
-    console.rule(f"held-out sequence {i} · checkpoint step {run.step}")
+    console.rule(f"held-out example {i} · checkpoint step {run.step}")
     console.print(f"query key [bold]k{query}[/bold]; stored under it: [bold]v{target}[/bold] "
                   f"(pair {slot}); the model answers [bold]v{predicted}[/bold] "
                   + ("[green]✓[/green]" if predicted == target else "[red]✗[/red]"))
@@ -279,7 +269,7 @@ def run_explain(args: argparse.Namespace) -> int:
     from qkv.engine.threads import single_threaded_blas
 
     with single_threaded_blas():  # small matrices: BLAS threads only slow them down
-        metrics = evaluate(model, held)
+        metrics = evaluate(model, RecallTask(c).held_out(args.held_out))
     console.print(f"over {args.held_out} held-out sequences: the largest weight falls on the "
                   f"matching key for [bold]{metrics['top_weight_hit']:.4f}[/bold] of queries; "
                   f"answer accuracy [bold]{metrics['accuracy']:.4f}[/bold]")
@@ -291,9 +281,35 @@ QUICK_SEQ2SEQ = {"max_len": 12, "d_hidden": 64, "d_attn": 8, "steps": 800}
 QUICK_FARBACK = {"window": 64, "steps": 200}
 
 
-def _experiment_progress(console, disable: bool):
+# -- progress bars that fit the terminal -------------------------------------------------------
+# Rich cuts a progress line at the terminal's edge (at 80 columns when piped), losing whatever is
+# on the right — the loss and accuracy. So the columns are chosen for the console's width: the
+# richest layout that fits, then shorter labels, then no time remaining, no bar, no label.
+# Loss, accuracy and the step count stay in every layout.
+BAR = None  # in a layout: the bar, which gets the room left over (MIN_BAR to 40 cells)
+MIN_BAR = 10
+LOSS_WIDTH = 7  # "12.3456" (cross-entropy of 128 classes starts at ~4.85) or "nan"
+
+
+def _fit_columns(width: int, layouts: list[list[tuple[object, int]]]) -> list:
+    """The first of ``layouts`` (``[(column, widest rendering in cells)]``, richest first) whose
+    columns fit in ``width - 1`` cells (the last cell is left free: some terminals wrap there).
+    ``BAR`` entries become a bar as wide as the room left, at most 40."""
+    from rich.progress import BarColumn
+
+    for layout in layouts:
+        fixed = sum(w for col, w in layout if col is not BAR) + len(layout) - 1
+        n_bars = sum(col is BAR for col, _ in layout)
+        room = width - 1 - fixed
+        if room >= n_bars * MIN_BAR:
+            return [BarColumn(bar_width=min(40, room)) if col is BAR else col
+                    for col, _ in layout]
+    return [col for col, _ in layouts[-1] if col is not BAR]
+
+
+def _recall_progress(console, total: int, *, disable: bool):
+    """Progress for ``qkv train recall``: step, loss, batch accuracy, held-out accuracy."""
     from rich.progress import (
-        BarColumn,
         MofNCompleteColumn,
         Progress,
         TextColumn,
@@ -301,9 +317,52 @@ def _experiment_progress(console, disable: bool):
         TimeRemainingColumn,
     )
 
-    return Progress(TextColumn("[bold]{task.description:>9}"), MofNCompleteColumn(), BarColumn(),
-                    TextColumn("loss {task.fields[loss]:.4f}"), TimeElapsedColumn(),
-                    TimeRemainingColumn(), console=console, disable=disable)
+    n = 2 * len(str(total)) + 1  # "1000/1000"
+    t = 7  # "0:00:12"
+    step = (TextColumn("[bold]step"), 4)
+    count = (MofNCompleteColumn(), n)
+    loss = "loss {task.fields[loss]:.4f}"
+    long = TextColumn(loss + " · batch acc {task.fields[acc]:.3f} · held-out acc "
+                      "{task.fields[held]}")
+    mid = TextColumn(loss + " · acc {task.fields[acc]:.3f} · held-out {task.fields[held]}")
+    short = TextColumn(loss + " acc {task.fields[acc]:.3f} held {task.fields[held]}")
+    tiny = TextColumn(loss + " acc {task.fields[acc]:.3f}")
+    w_long, w_mid, w_short, w_tiny = (5 + LOSS_WIDTH + 13 + 5 + 16 + 6,
+                                      5 + LOSS_WIDTH + 7 + 5 + 12 + 6,
+                                      5 + LOSS_WIDTH + 5 + 5 + 6 + 6, 5 + LOSS_WIDTH + 5 + 5)
+    elapsed, remaining = (TimeElapsedColumn(), t), (TimeRemainingColumn(), t)
+    columns = _fit_columns(console.width, [
+        [step, count, (BAR, 0), (long, w_long), elapsed, remaining],
+        [step, count, (BAR, 0), (mid, w_mid), elapsed, remaining],
+        [step, count, (BAR, 0), (mid, w_mid), elapsed],
+        [step, count, (short, w_short), elapsed],
+        [count, (short, w_short)],
+        [count, (tiny, w_tiny)],
+    ])
+    return Progress(*columns, console=console, disable=disable)
+
+
+def _experiment_progress(console, total: int, disable: bool):
+    """Progress for ``qkv train seq2seq|farback``: one bar per model, with its loss."""
+    from rich.progress import (
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    name = (TextColumn("[bold]{task.description:>9}"), 9)  # "attention"
+    count = (MofNCompleteColumn(), 2 * len(str(total)) + 1)  # "1200/1200"
+    loss = (TextColumn("loss {task.fields[loss]:.4f}"), 5 + LOSS_WIDTH)
+    elapsed, remaining = (TimeElapsedColumn(), 7), (TimeRemainingColumn(), 7)
+    columns = _fit_columns(console.width, [
+        [name, count, (BAR, 0), loss, elapsed, remaining],
+        [name, count, (BAR, 0), loss, elapsed],
+        [name, count, loss, elapsed],
+        [name, count, loss],
+    ])
+    return Progress(*columns, console=console, disable=disable)
 
 
 def _config(cls, name: str, given: dict):
@@ -363,7 +422,7 @@ def run_seq2seq(args: argparse.Namespace) -> int:
                   f"{config.steps} Adam steps of {config.batch} per model, seed {config.seed}")
     console.print("parameters: " + ", ".join(f"{k} {n:,}" for k, n in sizes.items())
                   + f" (attention/fixed = {sizes['attention'] / sizes['fixed']:.3f})")
-    progress = _experiment_progress(console, args.no_progress)
+    progress = _experiment_progress(console, config.steps, args.no_progress)
     bars = {}
     with progress:
         for kind in s2s.KINDS:
@@ -428,7 +487,7 @@ def run_farback(args: argparse.Namespace) -> int:
                   f"{config.batch} per model, seed {config.seed}"
                   + (f"; GRU update-gate bias +{config.gru_gate_bias}"
                      if config.gru_gate_bias else ""))
-    progress = _experiment_progress(console, args.no_progress)
+    progress = _experiment_progress(console, config.steps, args.no_progress)
     bars = {}
     with progress:
         for kind in fb.KINDS:

@@ -120,6 +120,18 @@ class RecallTask:
         """A fixed held-out set, from a generator no training run ever uses (seed offset)."""
         return self.sample(np.random.default_rng([self.config.seed, 0xE7A1]), n)
 
+    def example(self, index: int) -> RecallBatch:
+        """Held-out sequence ``index`` on its own, the one ``qkv train explain --index`` shows.
+
+        Each index has its own generator ``[seed, 0xE7A1, 1, index]``, so example ``index`` is
+        the same whatever the size of the held-out set or whichever other examples are drawn,
+        and no training run ever draws from it (training uses ``[seed, 1]``). It is not a row
+        of :meth:`held_out`, whose rows all come from one stream and so depend on ``n``.
+        """
+        if isinstance(index, bool) or not isinstance(index, (int, np.integer)) or index < 0:
+            raise ValueError(f"RecallTask.example: index must be an int ≥ 0, got {index!r}")
+        return self.sample(np.random.default_rng([self.config.seed, 0xE7A1, 1, int(index)]), 1)
+
 
 class RecallModel:
     """One attention layer reading the query slot's answer out of the pairs (see module doc).

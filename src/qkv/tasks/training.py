@@ -2,7 +2,8 @@
 
 One step: sample a batch → forward → softmax cross-entropy → backward → Adam. Every random
 draw comes from generators seeded by ``config.seed`` (initialisation: ``seed``; training data:
-``[seed, 1]``; held-out data: ``[seed, 0xE7A1]``), and the data generator's state is saved in
+``[seed, 1]``; held-out data: ``[seed, 0xE7A1]``; the single example ``i`` that ``qkv train
+explain --index i`` shows: ``[seed, 0xE7A1, 1, i]``), and the data generator's state is saved in
 each checkpoint, so a run resumed from a checkpoint continues bit-for-bit as if never stopped.
 """
 
