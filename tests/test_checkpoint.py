@@ -166,6 +166,7 @@ def _with(key, value):
     (_with("step", 4), "adam.step is 3 but step is 4"),
     (_with("elapsed", -3), "elapsed must be a number of seconds ≥ 0"),
     (_with("history", {"a": 1}), "history must be a list"),
+    (_with("history", [{"step": 3}]), "each with step, accuracy and top_weight_hit"),
     (_with("rng", {"bit_generator": "MT19937"}), "rng is not a PCG64 state"),
     (_with("task", "seq2seq"), "a checkpoint of task 'seq2seq', not 'recall'"),
 ])

@@ -168,8 +168,12 @@ def _check_header(meta: dict, shapes: ckpt.Shapes) -> None:
             or not 0 <= elapsed < float("inf")):
         raise ckpt.CheckpointError(f"elapsed must be a number of seconds ≥ 0, got {elapsed!r}")
     history = meta["history"]
-    if not isinstance(history, list) or not all(isinstance(h, dict) for h in history):
-        raise ckpt.CheckpointError("history must be a list of evaluations")
+    if not isinstance(history, list) or not all(
+            isinstance(h, dict) and isinstance(h.get("step"), int)
+            and all(isinstance(h.get(k), (int, float)) for k in ("accuracy", "top_weight_hit"))
+            for h in history):
+        raise ckpt.CheckpointError("history must be a list of evaluations, each with step, "
+                                   "accuracy and top_weight_hit")
     if not isinstance(meta["rng"], dict):
         raise ckpt.CheckpointError("rng must be a generator state (a JSON object)")
 
