@@ -81,8 +81,9 @@ class RecallConfig:
         A constant rate lets held-out accuracy sag from 100% to ~99.7% late in training (Adam's
         steps stay lr-sized while the gradients vanish); decaying it keeps the solution put.
         """
-        t = min(step, self.decay_steps) / self.decay_steps
-        return self.lr * (0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * t)))
+        from .training import cosine_lr  # here: training.py imports this module
+
+        return cosine_lr(self.lr, step, self.decay_steps)
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -1,4 +1,6 @@
-"""The training loop for associative recall: pure NumPy on qkv's forward and backward.
+"""The training loops: associative recall's :class:`Run`, and the runner the seeds' experiments
+(:mod:`~qkv.tasks.seq2seq`, :mod:`~qkv.tasks.farback`) share — pure NumPy on qkv's forward and
+backward.
 
 One step: sample a batch → forward → softmax cross-entropy → backward → Adam. Every random
 draw comes from generators seeded by ``config.seed`` (initialisation: ``seed``; training data:
@@ -9,8 +11,9 @@ each checkpoint, so a run resumed from a checkpoint continues bit-for-bit as if 
 
 from __future__ import annotations
 
+import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -180,3 +183,73 @@ def _check_header(meta: dict, shapes: ckpt.Shapes) -> None:
 
 def _describe(a) -> str:
     return "missing" if a is None else f"{a.dtype}{a.shape}"
+
+
+# -- the seeds' experiments: several models, the same batches, one runner ---------------------
+def cosine_lr(lr: float, step: int, steps: int) -> float:
+    """The learning rate for step ``step`` (0-based): a cosine from ``lr`` down to ``lr/10``
+    over ``steps`` steps, then constant."""
+    t = min(step, steps) / steps
+    return lr * (0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * t)))
+
+
+def clip_grad_norm(grads: dict[str, np.ndarray], limit: float) -> float:
+    """Scale ``grads`` in place so that their global norm is at most ``limit`` (GRUs'
+    gradients spike now and then); returns the norm before clipping."""
+    norm = math.sqrt(sum(float(np.vdot(g, g)) for g in grads.values()))
+    if norm > limit:
+        for g in grads.values():
+            g *= limit / norm
+    return norm
+
+
+def train_steps(model, config, loss_and_grads: Callable[[np.random.Generator], tuple],
+                *, clip: float, on_step: Callable[[int, float], None] | None = None
+                ) -> list[float]:
+    """Adam on ``model.params`` for ``config.steps`` steps; returns the loss per step.
+
+    Each step calls ``loss_and_grads(rng)`` — draw a batch from ``rng``, return ``(loss,
+    grads)`` — clips the gradient norm to ``clip`` and takes an Adam step at
+    ``config.lr_at(step)``. ``rng`` is the generator ``[config.seed, 1]``, so every model
+    trained from the same config sees the same batches in the same order. BLAS is held to one
+    thread: these matrices are small and its threads only slow them down.
+    """
+    rng = np.random.default_rng([config.seed, 1])
+    opt = Adam(model.params, lr=config.lr)
+    losses = []
+    with single_threaded_blas():
+        for step in range(config.steps):
+            loss, grads = loss_and_grads(rng)
+            clip_grad_norm(grads, clip)
+            opt.lr = config.lr_at(step)
+            opt.step(grads)
+            losses.append(loss)
+            if on_step:
+                on_step(step + 1, loss)
+    return losses
+
+
+def train_each(kinds: Iterable[str], build: Callable, train: Callable, score: Callable, *,
+               on_start=None, on_step=None, on_done=None) -> tuple[dict, dict]:
+    """Build, train and score one model per kind, in order; returns ``(runs, models)``.
+
+    ``build(kind) → model``; ``train(model, on_step) → losses`` (e.g. by :func:`train_steps`);
+    ``score(model) → dict`` of held-out results. Each run is ``{"parameters", "train_seconds",
+    "final_loss" (mean of the last 50 steps), **score(model)}``. The hooks are called as
+    ``on_start(kind, model)``, ``on_step(kind, step, loss)``, ``on_done(kind, run)``.
+    """
+    runs, models = {}, {}
+    for kind in kinds:
+        model = build(kind)
+        if on_start:
+            on_start(kind, model)
+        t0 = time.perf_counter()
+        hook = None if on_step is None else (lambda s, loss, k=kind: on_step(k, s, loss))
+        losses = train(model, hook)
+        run = {"parameters": model.num_params,
+               "train_seconds": round(time.perf_counter() - t0, 1),
+               "final_loss": float(np.mean(losses[-50:])), **score(model)}
+        runs[kind], models[kind] = run, model
+        if on_done:
+            on_done(kind, run)
+    return runs, models
