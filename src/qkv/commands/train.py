@@ -365,6 +365,37 @@ def _experiment_progress(console, total: int, disable: bool):
     return Progress(*columns, console=console, disable=disable)
 
 
+def _experiment_config(args, name: str, cls, quick: dict, flags: dict):
+    """The experiment's config: its defaults, then --quick's, then the flags given (the shared
+    --seed/--steps/--batch/--lr and the task's own ``flags``, field → value or None)."""
+    given = dict(quick) if args.quick else {}
+    given.update({k: v for k, v in {"seed": args.seed, "steps": args.steps, "batch": args.batch,
+                                    "lr": args.lr, **flags}.items() if v is not None})
+    _check_heatmap(args, name)
+    return _config(cls, name, given)
+
+
+def _count(args, dest: str, name: str, *, quick: int, full: int) -> int:
+    """A held-out size flag: its value, or the default for --quick or a full run; ≥ 1."""
+    value = getattr(args, dest)
+    n = value if value is not None else (quick if args.quick else full)
+    if n < 1:
+        raise SystemExit(f"qkv train {name}: --{dest.replace('_', '-')} must be ≥ 1, got {n}")
+    return n
+
+
+def _train_with_progress(console, args, task, config, n_held):
+    """``task.experiment(config, n_held)`` with one progress bar per model of ``task.KINDS``."""
+    progress = _experiment_progress(console, config.steps, args.no_progress)
+    bars = {}
+    with progress:
+        for kind in task.KINDS:
+            bars[kind] = progress.add_task(kind, total=config.steps, loss=float("nan"))
+        return task.experiment(
+            config, n_held,
+            on_step=lambda k, step, loss: progress.update(bars[k], completed=step, loss=loss))
+
+
 def _config(cls, name: str, given: dict):
     try:
         return cls(**{k: v for k, v in given.items() if v is not None})
@@ -405,16 +436,10 @@ def run_seq2seq(args: argparse.Namespace) -> int:
     from qkv.tasks import plots
     from qkv.tasks import seq2seq as s2s
 
-    _check_heatmap(args, "seq2seq")
-    given = dict(QUICK_SEQ2SEQ) if args.quick else {}
-    given.update({k: v for k, v in {
-        "seed": args.seed, "steps": args.steps, "batch": args.batch, "lr": args.lr,
+    config = _experiment_config(args, "seq2seq", s2s.Seq2SeqConfig, QUICK_SEQ2SEQ, {
         "min_len": args.min_len, "max_len": args.max_len, "n_symbols": args.symbols,
-        "d_hidden": args.hidden}.items() if v is not None})
-    config = _config(s2s.Seq2SeqConfig, "seq2seq", given)
-    per_bucket = args.per_bucket if args.per_bucket is not None else (200 if args.quick else 1000)
-    if per_bucket < 1:
-        raise SystemExit(f"qkv train seq2seq: --per-bucket must be ≥ 1, got {per_bucket}")
+        "d_hidden": args.hidden})
+    per_bucket = _count(args, "per_bucket", "seq2seq", quick=200, full=1000)
     console = Console()
     sizes = {k: s2s.Seq2SeqModel(config, k).num_params for k in s2s.KINDS}
     console.print(f"reverse {config.min_len}–{config.max_len} random symbols (vocabulary "
@@ -422,14 +447,7 @@ def run_seq2seq(args: argparse.Namespace) -> int:
                   f"{config.steps} Adam steps of {config.batch} per model, seed {config.seed}")
     console.print("parameters: " + ", ".join(f"{k} {n:,}" for k, n in sizes.items())
                   + f" (attention/fixed = {sizes['attention'] / sizes['fixed']:.3f})")
-    progress = _experiment_progress(console, config.steps, args.no_progress)
-    bars = {}
-    with progress:
-        for kind in s2s.KINDS:
-            bars[kind] = progress.add_task(kind, total=config.steps, loss=float("nan"))
-        result, models = s2s.experiment(
-            config, per_bucket,
-            on_step=lambda k, step, loss: progress.update(bars[k], completed=step, loss=loss))
+    result, models = _train_with_progress(console, args, s2s, config, per_bucket)
     table = Table(title=f"held-out, greedy decoding, {per_bucket} sequences per bucket")
     table.add_column("input length")
     for kind in s2s.KINDS:
@@ -470,16 +488,9 @@ def run_farback(args: argparse.Namespace) -> int:
     from qkv.tasks import farback as fb
     from qkv.tasks import plots
 
-    _check_heatmap(args, "farback")
-    given = dict(QUICK_FARBACK) if args.quick else {}
-    given.update({k: v for k, v in {"seed": args.seed, "steps": args.steps, "batch": args.batch,
-                                    "lr": args.lr, "window": args.window,
-                                    "gru_gate_bias": args.gru_gate_bias}.items()
-                  if v is not None})
-    config = _config(fb.FarbackConfig, "farback", given)
-    n_held = args.held_out if args.held_out is not None else (800 if args.quick else 2000)
-    if n_held < 1:
-        raise SystemExit(f"qkv train farback: --held-out must be ≥ 1, got {n_held}")
+    config = _experiment_config(args, "farback", fb.FarbackConfig, QUICK_FARBACK, {
+        "window": args.window, "gru_gate_bias": args.gru_gate_bias})
+    n_held = _count(args, "held_out", "farback", quick=800, full=2000)
     console = Console()
     console.print(f"a type-0 block trade at lag {config.min_lag}–{config.window} in a "
                   f"{config.window}-step window; {config.n_recent} larger blocks of other types "
@@ -487,14 +498,7 @@ def run_farback(args: argparse.Namespace) -> int:
                   f"{config.batch} per model, seed {config.seed}"
                   + (f"; GRU update-gate bias +{config.gru_gate_bias}"
                      if config.gru_gate_bias else ""))
-    progress = _experiment_progress(console, config.steps, args.no_progress)
-    bars = {}
-    with progress:
-        for kind in fb.KINDS:
-            bars[kind] = progress.add_task(kind, total=config.steps, loss=float("nan"))
-        result, models = fb.experiment(
-            config, n_held,
-            on_step=lambda k, step, loss: progress.update(bars[k], completed=step, loss=loss))
+    result, models = _train_with_progress(console, args, fb, config, n_held)
     table = Table(title=f"held-out accuracy by lag ({n_held} series)")
     table.add_column("model / rule", no_wrap=True)
     table.add_column("params", justify="right")
