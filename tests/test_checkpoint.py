@@ -332,6 +332,27 @@ def test_a_killed_save_leaves_a_named_temp_file_that_the_next_save_removes(tmp_p
     assert ckpt.temp_files(path) == []
 
 
+TERMINATED_SAVE = """
+import os, signal, sys
+from qkv.cli import main
+os.replace = lambda *a: os.kill(os.getpid(), signal.SIGTERM)  # `kill PID` mid-save
+main(["train", "recall", "--keys", "16", "--values", "16", "--pairs", "6", "--d-model", "16",
+      "--steps", "2", "--eval-every", "2", "--held-out", "20", "--no-progress",
+      "--checkpoint", sys.argv[1]])
+"""
+
+
+@pytest.mark.skipif(os.name != "posix", reason="SIGTERM")
+def test_sigterm_during_a_training_save_leaves_no_temp_file(tmp_path):
+    path = tmp_path / "r.safetensors"
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    done = subprocess.run([sys.executable, "-c", TERMINATED_SAVE, str(path)], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 128 + signal.SIGTERM, done.stderr
+    assert "Traceback" not in done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
 def test_step_round_trips_and_dataclass_config(tmp_path):
     """A saved config comes back equal (all fields typed as declared)."""
     run = Run.fresh(dataclasses.replace(SMALL, lr=0.01))
@@ -341,3 +362,17 @@ def test_step_round_trips_and_dataclass_config(tmp_path):
     assert back.config == run.config and back.step == 0
     _, meta = ckpt.load(path)
     assert json.loads(json.dumps(meta["config"])) == run.config.to_dict()
+
+
+def test_cli_cannot_write_a_checkpoint_in_one_line(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    with pytest.raises(SystemExit, match=r"cannot write the checkpoint .*a-file/r.safetensors"):
+        main(["train", "recall", "--keys", "16", "--values", "16", "--pairs", "6",
+              "--d-model", "16", "--steps", "2", "--eval-every", "2", "--held-out", "20",
+              "--no-progress", "--checkpoint", str(blocker / "r.safetensors")])
+    with pytest.raises(SystemExit, match="is a directory"):
+        main(["train", "recall", "--no-progress", "--checkpoint", str(tmp_path)])
+    with pytest.raises(SystemExit, match=r"cannot write the checkpoint .*a-file/seq2seq-fixed"):
+        main(["train", "seq2seq", "--quick", "--steps", "2", "--per-bucket", "1",
+              "--no-progress", "--save-dir", str(blocker)])

@@ -158,7 +158,37 @@ def _config_from_args(args, base=None):
     return base
 
 
+def _exit_on_sigterm():
+    """While training, SIGTERM (``kill PID``) raises SystemExit(143) instead of ending the
+    process on the spot, so a checkpoint save under way removes its temporary file (the exit
+    status is the same 128 + 15). Returns a function restoring the previous handler."""
+    import contextlib
+    import signal
+
+    def stop(signum, frame):
+        raise SystemExit(128 + signum)
+
+    try:
+        previous = signal.signal(signal.SIGTERM, stop)
+    except (ValueError, AttributeError):  # not the main thread, or no SIGTERM
+        return lambda: None
+
+    def restore():
+        with contextlib.suppress(ValueError):
+            signal.signal(signal.SIGTERM, previous)
+
+    return restore
+
+
 def run_recall(args: argparse.Namespace) -> int:
+    restore = _exit_on_sigterm()
+    try:
+        return _run_recall(args)
+    finally:
+        restore()
+
+
+def _run_recall(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from rich.console import Console
@@ -474,8 +504,12 @@ def run_seq2seq(args: argparse.Namespace) -> int:
         from pathlib import Path
 
         for kind, model in models.items():
-            path = model.save(Path(args.save_dir) / f"seq2seq-{kind}.safetensors",
-                              result["models"][kind])
+            target = Path(args.save_dir) / f"seq2seq-{kind}.safetensors"
+            try:
+                path = model.save(target, result["models"][kind])
+            except (OSError, ValueError) as exc:
+                raise SystemExit(f"qkv train seq2seq: cannot write the checkpoint {target}: "
+                                 f"{getattr(exc, 'strerror', None) or exc}") from None
             console.print(f"checkpoint: {path}")
     return 0
 
