@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import os
 
 import numpy as np
 import pytest
@@ -102,23 +101,6 @@ def test_same_seed_same_run_other_seed_other_run():
     assert a.model.params[w].tobytes() != c.model.params[w].tobytes()
 
 
-def test_a_crash_mid_write_leaves_the_old_checkpoint(tmp_path, monkeypatch):
-    path = tmp_path / "r.safetensors"
-    run = Run.fresh(SMALL)
-    run.save(path)
-    before = path.read_bytes()
-    run.train(3, eval_every=3, held_out=20)
-
-    def crash(fd):
-        raise OSError("disk on fire")
-
-    monkeypatch.setattr(os, "fsync", crash)
-    with pytest.raises(OSError, match="disk on fire"):
-        run.save(path)
-    assert path.read_bytes() == before
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.safetensors"]  # no temp left
-
-
 def test_load_refuses_what_is_not_a_checkpoint(tmp_path):
     from safetensors.numpy import save_file
 
@@ -151,21 +133,79 @@ def test_cli_refuses_to_change_a_resumed_run(tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_cli_default_run_reaches_99_percent_and_explains_it(tmp_path, capsys):
-    """The README's command with its defaults (stopping once ≥ 99.9%), then the explain view."""
-    path = tmp_path / "recall.safetensors"
-    assert main(["train", "recall", "--seed", "0", "--stop-at", "0.999", "--no-progress",
-                 "--checkpoint", str(path)]) == 0
-    run = Run.load(path)
-    assert run.config == RecallConfig(seed=0)
-    assert run.history[-1]["accuracy"] >= 0.99
-    capsys.readouterr()
-    assert main(["train", "explain", "--checkpoint", str(path), "--index", "2"]) == 0
+def test_docs_training_figures_come_from_the_commands_shown(tmp_path, capsys, monkeypatch):
+    """docs/training.md's commands, run as written (in a fresh directory), print its figures:
+    the accuracy table, and the explain view's weight on the match and 10,000-query totals."""
+    import re
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "training.md").read_text()
+    cmd = "$ qkv train recall --seed 0 --no-progress"
+    explain = "$ qkv train explain --checkpoint recall.safetensors --index 0 --held-out 10000"
+    assert cmd in doc and explain in doc
+    monkeypatch.chdir(tmp_path)
+    assert main(cmd.split()[2:]) == 0  # as written, minus "$ qkv"
     out = capsys.readouterr().out
-    assert "← match" in out and "largest weight falls on the" in out
-    assert "✓" in out
+    row = re.search(r"\| held-out accuracy \| (.*) \|\n", doc).group(1)
+    documented = [v.strip("* ") for v in row.split("|")]
+    shown = dict(re.findall(r"step (\d+): held-out accuracy (\d\.\d+)", out))
+    measured = [shown[s] for s in ("100", "200", "300", "400", "500", "1000")]
+    assert measured == documented, (measured, documented)
+    run = Run.load(tmp_path / "recall.safetensors")
+    assert run.config == RecallConfig(seed=0) and run.step == 1000
+
+    assert main(explain.split()[2:]) == 0
+    out = capsys.readouterr().out
+    weight = re.search(r"\*\*(0\.\d{4})\*\* on the slot whose key matches", doc).group(1)
+    nxt = re.search(r"the next largest (0\.\d{4})", doc).group(1)
+    hit = re.search(r"for \*\*(\d\.\d{4})\*\* of queries \(answer accuracy (\d\.\d{4})\)",
+                    doc).groups()
+    agree = re.search(r"kernel's weights to (\S+)\.\n", doc).group(1)
+    query = re.search(r"query key (k\d+), whose value (v\d+) is stored in pair (\d+)", doc)
+    match = re.search(r"│\s+(\d+) │ (k\d+)\s+│ (v\d+)\s+│.*│ (0\.\d{4}) │.*← match", out)
+    assert match.groups() == (query.group(3), query.group(1), query.group(2), weight), out
+    weights = sorted(float(w) for w in re.findall(r"│ (0\.\d{4}|1\.0000) │", out))
+    assert f"{weights[-2]:.4f}" == nxt
+    assert f"over 10000 held-out sequences: the largest weight falls on the matching key for " \
+           f"{hit[0]} of queries; answer accuracy {hit[1]}" in " ".join(out.split())
+    assert f"max difference {agree}" in out
+    assert "held-out example 0" in out and "✓" in out
 
 
 def test_cli_reports_a_missing_checkpoint_in_one_line(tmp_path):
     with pytest.raises(SystemExit, match=r"no checkpoint at .*qkv train recall --checkpoint"):
         main(["train", "explain", "--checkpoint", str(tmp_path / "none.safetensors")])
+
+
+def test_explain_index_is_the_same_query_whatever_held_out_is(tmp_path, capsys):
+    """`--index i` shows example i from its own generator: --held-out changes only the totals."""
+    task = RecallTask(SMALL)
+    for i in (0, 3, 17):
+        a, b = task.example(i), task.example(i)
+        assert a.keys.shape == (1, SMALL.n_pairs + 1)
+        np.testing.assert_array_equal(a.keys, b.keys)
+        np.testing.assert_array_equal(a.values, b.values)
+    assert not np.array_equal(task.example(0).keys, task.example(1).keys)
+    with pytest.raises(ValueError, match="index must be an int ≥ 0"):
+        task.example(-1)
+
+    path = tmp_path / "r.safetensors"
+    assert main(["train", "recall", "--keys", "16", "--values", "16", "--pairs", "6",
+                 "--d-model", "16", "--steps", "4", "--eval-every", "4", "--held-out", "50",
+                 "--no-progress", "--checkpoint", str(path)]) == 0
+    views = {}
+    for held in (1, 7, 300):
+        capsys.readouterr()
+        assert main(["train", "explain", "--checkpoint", str(path), "--index", "5",
+                     "--held-out", str(held)]) == 0
+        out = capsys.readouterr().out
+        example, _, totals = out.partition(f"over {held} held-out sequences")
+        assert totals, out
+        views[held] = example
+    assert views[1] == views[7] == views[300]
+    assert "held-out example 5" in views[1]
+    shown = RecallTask(Run.load(path).config).example(5)  # the query the view shows
+    assert f"query key k{int(shown.keys[0, -1])};" in views[1]
+    assert f"stored under it: v{int(shown.target[0])} (pair {int(shown.slot[0])})" in views[1]
+    with pytest.raises(SystemExit, match="--index must be ≥ 0"):
+        main(["train", "explain", "--checkpoint", str(path), "--index", "-1"])

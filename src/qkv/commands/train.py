@@ -67,9 +67,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     exp = sub.add_parser("explain", help="show a checkpoint's learned lookup",
                          description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     exp.add_argument("--checkpoint", default="recall.safetensors", help="checkpoint to explain")
-    exp.add_argument("--index", type=int, default=0, help="which held-out sequence to show")
+    exp.add_argument("--index", type=int, default=0,
+                     help="which held-out example to show (≥ 0; example i is drawn from its own "
+                          "generator [seed, 0xE7A1, 1, i], so it does not depend on --held-out)")
     exp.add_argument("--held-out", type=int, default=2000,
-                     help="held-out sequences for the hit fraction (2000)")
+                     help="held-out sequences for the hit fraction and accuracy (default 2000; "
+                          "generator [seed, 0xE7A1], as training's evaluations)")
     exp.set_defaults(train_run=run_explain)
     _add_seq2seq(sub)
     _add_farback(sub)
@@ -129,12 +132,13 @@ def run(args: argparse.Namespace) -> int:  # dispatched through the subcommand's
 
 
 def _load(path):
-    """Run.load, with a missing or foreign checkpoint reported in one line, not a traceback."""
+    """Run.load, with a missing, unreadable, foreign, truncated or edited checkpoint reported
+    in one line (naming the file), not a traceback."""
     from qkv.tasks import Run
 
     try:
         return Run.load(path)
-    except (FileNotFoundError, ValueError) as exc:
+    except (OSError, ValueError) as exc:  # CheckpointError is a ValueError
         raise SystemExit(f"qkv train: {exc}") from None
 
 
@@ -144,7 +148,7 @@ def _config_from_args(args, base=None):
     given = {field: getattr(args, flag) for flag, field in CONFIG_FLAGS.items()
              if getattr(args, flag) is not None}
     if base is None:
-        return RecallConfig(**given)
+        return _config(RecallConfig, "recall", given)
     clash = {f: v for f, v in given.items() if getattr(base, f) != v}
     if clash:
         field, value = next(iter(clash.items()))
@@ -154,23 +158,48 @@ def _config_from_args(args, base=None):
     return base
 
 
+def _exit_on_sigterm():
+    """While training, SIGTERM (``kill PID``) raises SystemExit(143) instead of ending the
+    process on the spot, so a checkpoint save under way removes its temporary file (the exit
+    status is the same 128 + 15). Returns a function restoring the previous handler."""
+    import contextlib
+    import signal
+
+    def stop(signum, frame):
+        raise SystemExit(128 + signum)
+
+    try:
+        previous = signal.signal(signal.SIGTERM, stop)
+    except (ValueError, AttributeError):  # not the main thread, or no SIGTERM
+        return lambda: None
+
+    def restore():
+        with contextlib.suppress(ValueError):
+            signal.signal(signal.SIGTERM, previous)
+
+    return restore
+
+
 def run_recall(args: argparse.Namespace) -> int:
+    restore = _exit_on_sigterm()
+    try:
+        return _run_recall(args)
+    finally:
+        restore()
+
+
+def _run_recall(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from rich.console import Console
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
 
     from qkv.tasks import Run
 
     console = Console()
     path = Path(args.checkpoint)
+    if path.is_dir():
+        raise SystemExit(f"qkv train recall: --checkpoint {path} is a directory; give a file "
+                         "name such as recall.safetensors")
     if args.resume:
         run = _load(path)
         _config_from_args(args, run.config)
@@ -189,12 +218,7 @@ def run_recall(args: argparse.Namespace) -> int:
                       "pass a larger --steps to train further")
         return 0
 
-    progress = Progress(
-        TextColumn("[bold]step"), MofNCompleteColumn(), BarColumn(),
-        TextColumn("loss {task.fields[loss]:.4f} · batch acc {task.fields[acc]:.3f} · "
-                   "held-out acc {task.fields[held]}"),
-        TimeElapsedColumn(), TimeRemainingColumn(), console=console,
-        disable=args.no_progress)
+    progress = _recall_progress(console, args.steps, disable=args.no_progress)
     with progress:
         bar = progress.add_task("train", total=args.steps, completed=run.step, loss=float("nan"),
                                 acc=0.0, held="—")
@@ -208,9 +232,13 @@ def run_recall(args: argparse.Namespace) -> int:
                 console.print(f"step {m['step']}: held-out accuracy {m['accuracy']:.4f}, "
                               f"top weight on the matching key {m['top_weight_hit']:.4f}")
 
-        final = run.train(args.steps, eval_every=args.eval_every, held_out=args.held_out,
-                          checkpoint=path, stop_at=args.stop_at, on_step=on_step,
-                          on_eval=on_eval)
+        try:
+            final = run.train(args.steps, eval_every=args.eval_every, held_out=args.held_out,
+                              checkpoint=path, stop_at=args.stop_at, on_step=on_step,
+                              on_eval=on_eval)
+        except OSError as exc:  # the checkpoint cannot be written: say so in one line
+            raise SystemExit(f"qkv train recall: cannot write the checkpoint {path}: "
+                             f"{exc.strerror or exc}") from None
     console.print(f"[bold]step {final['step']}[/bold]: held-out accuracy "
                   f"[bold]{final['accuracy']:.4f}[/bold] on {args.held_out} sequences; the "
                   f"largest attention weight falls on the matching key for "
@@ -226,17 +254,17 @@ def run_explain(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     import qkv
-    from qkv.tasks import RecallBatch, RecallTask, evaluate
+    from qkv.tasks import RecallTask, evaluate
 
     console = Console()
+    if args.index < 0:
+        raise SystemExit(f"qkv train explain: --index must be ≥ 0, got {args.index}")
+    if args.held_out < 1:
+        raise SystemExit(f"qkv train explain: --held-out must be ≥ 1, got {args.held_out}")
     run = _load(args.checkpoint)
     model, c = run.model, run.config
-    held = RecallTask(c).held_out(args.held_out)
-    if not 0 <= args.index < args.held_out:
-        raise SystemExit(f"qkv train explain: --index must lie in [0, {args.held_out}), "
-                         f"got {args.index}")
     i = args.index
-    one = RecallBatch(*(a[i: i + 1] for a in (held.keys, held.values, held.target, held.slot)))
+    one = RecallTask(c).example(i)  # independent of --held-out: its own generator
     weights = model.lookup(one)[0]  # (H, S) from qkv.attention_weights
     predicted = int(model.predict(one)[0])
     # The same lookup, traced by the float64 reference: scores, scaled scores, weights.
@@ -245,7 +273,7 @@ def run_explain(args: argparse.Namespace) -> int:
     trace = qkv.explain(q[0, 0], k[0, 0], v[0, 0])
 
     query, target, slot = int(one.keys[0, -1]), int(one.target[0]), int(one.slot[0])
-    console.rule(f"held-out sequence {i} · checkpoint step {run.step}")
+    console.rule(f"held-out example {i} · checkpoint step {run.step}")
     console.print(f"query key [bold]k{query}[/bold]; stored under it: [bold]v{target}[/bold] "
                   f"(pair {slot}); the model answers [bold]v{predicted}[/bold] "
                   + ("[green]✓[/green]" if predicted == target else "[red]✗[/red]"))
@@ -271,7 +299,7 @@ def run_explain(args: argparse.Namespace) -> int:
     from qkv.engine.threads import single_threaded_blas
 
     with single_threaded_blas():  # small matrices: BLAS threads only slow them down
-        metrics = evaluate(model, held)
+        metrics = evaluate(model, RecallTask(c).held_out(args.held_out))
     console.print(f"over {args.held_out} held-out sequences: the largest weight falls on the "
                   f"matching key for [bold]{metrics['top_weight_hit']:.4f}[/bold] of queries; "
                   f"answer accuracy [bold]{metrics['accuracy']:.4f}[/bold]")
@@ -283,9 +311,35 @@ QUICK_SEQ2SEQ = {"max_len": 12, "d_hidden": 64, "d_attn": 8, "steps": 800}
 QUICK_FARBACK = {"window": 64, "steps": 200}
 
 
-def _experiment_progress(console, disable: bool):
+# -- progress bars that fit the terminal -------------------------------------------------------
+# Rich cuts a progress line at the terminal's edge (at 80 columns when piped), losing whatever is
+# on the right — the loss and accuracy. So the columns are chosen for the console's width: the
+# richest layout that fits, then shorter labels, then no time remaining, no bar, no label.
+# Loss, accuracy and the step count stay in every layout.
+BAR = None  # in a layout: the bar, which gets the room left over (MIN_BAR to 40 cells)
+MIN_BAR = 10
+LOSS_WIDTH = 7  # "12.3456" (cross-entropy of 128 classes starts at ~4.85) or "nan"
+
+
+def _fit_columns(width: int, layouts: list[list[tuple[object, int]]]) -> list:
+    """The first of ``layouts`` (``[(column, widest rendering in cells)]``, richest first) whose
+    columns fit in ``width - 1`` cells (the last cell is left free: some terminals wrap there).
+    ``BAR`` entries become a bar as wide as the room left, at most 40."""
+    from rich.progress import BarColumn
+
+    for layout in layouts:
+        fixed = sum(w for col, w in layout if col is not BAR) + len(layout) - 1
+        n_bars = sum(col is BAR for col, _ in layout)
+        room = width - 1 - fixed
+        if room >= n_bars * MIN_BAR:
+            return [BarColumn(bar_width=min(40, room)) if col is BAR else col
+                    for col, _ in layout]
+    return [col for col, _ in layouts[-1] if col is not BAR]
+
+
+def _recall_progress(console, total: int, *, disable: bool):
+    """Progress for ``qkv train recall``: step, loss, batch accuracy, held-out accuracy."""
     from rich.progress import (
-        BarColumn,
         MofNCompleteColumn,
         Progress,
         TextColumn,
@@ -293,9 +347,83 @@ def _experiment_progress(console, disable: bool):
         TimeRemainingColumn,
     )
 
-    return Progress(TextColumn("[bold]{task.description:>9}"), MofNCompleteColumn(), BarColumn(),
-                    TextColumn("loss {task.fields[loss]:.4f}"), TimeElapsedColumn(),
-                    TimeRemainingColumn(), console=console, disable=disable)
+    n = 2 * len(str(total)) + 1  # "1000/1000"
+    t = 7  # "0:00:12"
+    step = (TextColumn("[bold]step"), 4)
+    count = (MofNCompleteColumn(), n)
+    loss = "loss {task.fields[loss]:.4f}"
+    long = TextColumn(loss + " · batch acc {task.fields[acc]:.3f} · held-out acc "
+                      "{task.fields[held]}")
+    mid = TextColumn(loss + " · acc {task.fields[acc]:.3f} · held-out {task.fields[held]}")
+    short = TextColumn(loss + " acc {task.fields[acc]:.3f} held {task.fields[held]}")
+    tiny = TextColumn(loss + " acc {task.fields[acc]:.3f}")
+    w_long, w_mid, w_short, w_tiny = (5 + LOSS_WIDTH + 13 + 5 + 16 + 6,
+                                      5 + LOSS_WIDTH + 7 + 5 + 12 + 6,
+                                      5 + LOSS_WIDTH + 5 + 5 + 6 + 6, 5 + LOSS_WIDTH + 5 + 5)
+    elapsed, remaining = (TimeElapsedColumn(), t), (TimeRemainingColumn(), t)
+    columns = _fit_columns(console.width, [
+        [step, count, (BAR, 0), (long, w_long), elapsed, remaining],
+        [step, count, (BAR, 0), (mid, w_mid), elapsed, remaining],
+        [step, count, (BAR, 0), (mid, w_mid), elapsed],
+        [step, count, (short, w_short), elapsed],
+        [count, (short, w_short)],
+        [count, (tiny, w_tiny)],
+    ])
+    return Progress(*columns, console=console, disable=disable)
+
+
+def _experiment_progress(console, total: int, disable: bool):
+    """Progress for ``qkv train seq2seq|farback``: one bar per model, with its loss."""
+    from rich.progress import (
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    name = (TextColumn("[bold]{task.description:>9}"), 9)  # "attention"
+    count = (MofNCompleteColumn(), 2 * len(str(total)) + 1)  # "1200/1200"
+    loss = (TextColumn("loss {task.fields[loss]:.4f}"), 5 + LOSS_WIDTH)
+    elapsed, remaining = (TimeElapsedColumn(), 7), (TimeRemainingColumn(), 7)
+    columns = _fit_columns(console.width, [
+        [name, count, (BAR, 0), loss, elapsed, remaining],
+        [name, count, (BAR, 0), loss, elapsed],
+        [name, count, loss, elapsed],
+        [name, count, loss],
+    ])
+    return Progress(*columns, console=console, disable=disable)
+
+
+def _experiment_config(args, name: str, cls, quick: dict, flags: dict):
+    """The experiment's config: its defaults, then --quick's, then the flags given (the shared
+    --seed/--steps/--batch/--lr and the task's own ``flags``, field → value or None)."""
+    given = dict(quick) if args.quick else {}
+    given.update({k: v for k, v in {"seed": args.seed, "steps": args.steps, "batch": args.batch,
+                                    "lr": args.lr, **flags}.items() if v is not None})
+    _check_heatmap(args, name)
+    return _config(cls, name, given)
+
+
+def _count(args, dest: str, name: str, *, quick: int, full: int) -> int:
+    """A held-out size flag: its value, or the default for --quick or a full run; ≥ 1."""
+    value = getattr(args, dest)
+    n = value if value is not None else (quick if args.quick else full)
+    if n < 1:
+        raise SystemExit(f"qkv train {name}: --{dest.replace('_', '-')} must be ≥ 1, got {n}")
+    return n
+
+
+def _train_with_progress(console, args, task, config, n_held):
+    """``task.experiment(config, n_held)`` with one progress bar per model of ``task.KINDS``."""
+    progress = _experiment_progress(console, config.steps, args.no_progress)
+    bars = {}
+    with progress:
+        for kind in task.KINDS:
+            bars[kind] = progress.add_task(kind, total=config.steps, loss=float("nan"))
+        return task.experiment(
+            config, n_held,
+            on_step=lambda k, step, loss: progress.update(bars[k], completed=step, loss=loss))
 
 
 def _config(cls, name: str, given: dict):
@@ -338,16 +466,10 @@ def run_seq2seq(args: argparse.Namespace) -> int:
     from qkv.tasks import plots
     from qkv.tasks import seq2seq as s2s
 
-    _check_heatmap(args, "seq2seq")
-    given = dict(QUICK_SEQ2SEQ) if args.quick else {}
-    given.update({k: v for k, v in {
-        "seed": args.seed, "steps": args.steps, "batch": args.batch, "lr": args.lr,
+    config = _experiment_config(args, "seq2seq", s2s.Seq2SeqConfig, QUICK_SEQ2SEQ, {
         "min_len": args.min_len, "max_len": args.max_len, "n_symbols": args.symbols,
-        "d_hidden": args.hidden}.items() if v is not None})
-    config = _config(s2s.Seq2SeqConfig, "seq2seq", given)
-    per_bucket = args.per_bucket if args.per_bucket is not None else (200 if args.quick else 1000)
-    if per_bucket < 1:
-        raise SystemExit(f"qkv train seq2seq: --per-bucket must be ≥ 1, got {per_bucket}")
+        "d_hidden": args.hidden})
+    per_bucket = _count(args, "per_bucket", "seq2seq", quick=200, full=1000)
     console = Console()
     sizes = {k: s2s.Seq2SeqModel(config, k).num_params for k in s2s.KINDS}
     console.print(f"reverse {config.min_len}–{config.max_len} random symbols (vocabulary "
@@ -355,14 +477,7 @@ def run_seq2seq(args: argparse.Namespace) -> int:
                   f"{config.steps} Adam steps of {config.batch} per model, seed {config.seed}")
     console.print("parameters: " + ", ".join(f"{k} {n:,}" for k, n in sizes.items())
                   + f" (attention/fixed = {sizes['attention'] / sizes['fixed']:.3f})")
-    progress = _experiment_progress(console, args.no_progress)
-    bars = {}
-    with progress:
-        for kind in s2s.KINDS:
-            bars[kind] = progress.add_task(kind, total=config.steps, loss=float("nan"))
-        result, models = s2s.experiment(
-            config, per_bucket,
-            on_step=lambda k, step, loss: progress.update(bars[k], completed=step, loss=loss))
+    result, models = _train_with_progress(console, args, s2s, config, per_bucket)
     table = Table(title=f"held-out, greedy decoding, {per_bucket} sequences per bucket")
     table.add_column("input length")
     for kind in s2s.KINDS:
@@ -389,8 +504,12 @@ def run_seq2seq(args: argparse.Namespace) -> int:
         from pathlib import Path
 
         for kind, model in models.items():
-            path = model.save(Path(args.save_dir) / f"seq2seq-{kind}.safetensors",
-                              result["models"][kind])
+            target = Path(args.save_dir) / f"seq2seq-{kind}.safetensors"
+            try:
+                path = model.save(target, result["models"][kind])
+            except (OSError, ValueError) as exc:
+                raise SystemExit(f"qkv train seq2seq: cannot write the checkpoint {target}: "
+                                 f"{getattr(exc, 'strerror', None) or exc}") from None
             console.print(f"checkpoint: {path}")
     return 0
 
@@ -403,16 +522,9 @@ def run_farback(args: argparse.Namespace) -> int:
     from qkv.tasks import farback as fb
     from qkv.tasks import plots
 
-    _check_heatmap(args, "farback")
-    given = dict(QUICK_FARBACK) if args.quick else {}
-    given.update({k: v for k, v in {"seed": args.seed, "steps": args.steps, "batch": args.batch,
-                                    "lr": args.lr, "window": args.window,
-                                    "gru_gate_bias": args.gru_gate_bias}.items()
-                  if v is not None})
-    config = _config(fb.FarbackConfig, "farback", given)
-    n_held = args.held_out if args.held_out is not None else (800 if args.quick else 2000)
-    if n_held < 1:
-        raise SystemExit(f"qkv train farback: --held-out must be ≥ 1, got {n_held}")
+    config = _experiment_config(args, "farback", fb.FarbackConfig, QUICK_FARBACK, {
+        "window": args.window, "gru_gate_bias": args.gru_gate_bias})
+    n_held = _count(args, "held_out", "farback", quick=800, full=2000)
     console = Console()
     console.print(f"a type-0 block trade at lag {config.min_lag}–{config.window} in a "
                   f"{config.window}-step window; {config.n_recent} larger blocks of other types "
@@ -420,14 +532,7 @@ def run_farback(args: argparse.Namespace) -> int:
                   f"{config.batch} per model, seed {config.seed}"
                   + (f"; GRU update-gate bias +{config.gru_gate_bias}"
                      if config.gru_gate_bias else ""))
-    progress = _experiment_progress(console, args.no_progress)
-    bars = {}
-    with progress:
-        for kind in fb.KINDS:
-            bars[kind] = progress.add_task(kind, total=config.steps, loss=float("nan"))
-        result, models = fb.experiment(
-            config, n_held,
-            on_step=lambda k, step, loss: progress.update(bars[k], completed=step, loss=loss))
+    result, models = _train_with_progress(console, args, fb, config, n_held)
     table = Table(title=f"held-out accuracy by lag ({n_held} series)")
     table.add_column("model / rule", no_wrap=True)
     table.add_column("params", justify="right")

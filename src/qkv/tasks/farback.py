@@ -34,13 +34,13 @@ Three models, trained the same way (same batches, Adam, steps):
 from __future__ import annotations
 
 import itertools
-import math
 from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from ..nn import GRU, Adam, Linear, MultiHeadAttention, relu, relu_backward, softmax_cross_entropy
+from ..nn import GRU, Linear, MultiHeadAttention, relu, relu_backward, softmax_cross_entropy
 from ..nn._base import Layer, as_rng, check_dtype, positive_int, prefixed
+from .training import cosine_lr, train_each, train_steps
 
 KINDS = ("attention", "recency", "gru")
 
@@ -87,8 +87,8 @@ class FarbackConfig:
         return self.n_types + 3
 
     def lr_at(self, step: int) -> float:
-        t = min(step, self.steps) / self.steps
-        return self.lr * (0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * t)))
+        """Cosine decay from lr to lr/10 over the run."""
+        return cosine_lr(self.lr, step, self.steps)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -318,29 +318,17 @@ class FarbackModel:
 
 def train(model: FarbackModel, on_step=None) -> list[float]:
     """Adam for ``config.steps`` steps on batches from the generator ``[seed, 1]`` — the same
-    batches for all three models."""
-    from ..engine.threads import single_threaded_blas
-
+    batches for all three models — with the global gradient norm clipped to 1 (the GRU's
+    spikes)."""
     c = model.config
-    rng = np.random.default_rng([c.seed, 1])
-    opt = Adam(model.params, lr=c.lr)
-    losses = []
-    with single_threaded_blas():
-        for step in range(c.steps):
-            s = sample(c, rng, c.batch)
-            logits, cache = model.forward(s.x)
-            loss, dlogits = softmax_cross_entropy(logits, s.target)
-            grads = model.backward(cache, dlogits)
-            norm = math.sqrt(sum(float(np.vdot(g, g)) for g in grads.values()))
-            if norm > 1.0:  # clip the global gradient norm (the GRU's spikes)
-                for g in grads.values():
-                    g *= 1.0 / norm
-            opt.lr = c.lr_at(step)
-            opt.step(grads)
-            losses.append(loss)
-            if on_step:
-                on_step(step + 1, loss)
-    return losses
+
+    def loss_and_grads(rng):
+        s = sample(c, rng, c.batch)
+        logits, cache = model.forward(s.x)
+        loss, dlogits = softmax_cross_entropy(logits, s.target)
+        return loss, model.backward(cache, dlogits)
+
+    return train_steps(model, c, loss_and_grads, clip=1.0, on_step=on_step)
 
 
 def accuracy_by_lag(config: FarbackConfig, s: Series, pred: np.ndarray) -> list[dict]:
@@ -372,32 +360,21 @@ def experiment(config: FarbackConfig, n_held_out: int = 2000, *, on_start=None, 
                on_done=None) -> tuple[dict, dict[str, FarbackModel]]:
     """Train the three models on the same batches; score them and the recency rules on the
     same held-out series. Returns ``(result, models)``; ``result`` is JSON-able."""
-    import time
-
     s = held_out(config, n_held_out)
     rules = {name: {"accuracy": float((pred == s.target).mean()),
                     "by_lag": accuracy_by_lag(config, s, pred)}
              for name, pred in recency_rules(s).items()}
-    result = {"task": "farback", "config": config.to_dict(), "held_out": n_held_out,
-              "recency_rules": rules, "models": {}}
-    models = {}
-    for kind in KINDS:
-        model = FarbackModel(config, kind)
-        if on_start:
-            on_start(kind, model)
-        t0 = time.perf_counter()
-        hook = None if on_step is None else (lambda st, loss, k=kind: on_step(k, st, loss))
-        losses = train(model, hook)
-        run = {"parameters": model.num_params,
-               "train_seconds": round(time.perf_counter() - t0, 1),
-               "final_loss": float(np.mean(losses[-50:])), **evaluate(model, s)}
-        if kind == "recency":
-            run["learned_lambda"] = [round(float(v), 4) for v in model.pool.lam()]
-        result["models"][kind] = run
-        models[kind] = model
-        if on_done:
-            on_done(kind, run)
-    return result, models
+
+    def score(model):
+        out = evaluate(model, s)
+        if model.kind == "recency":
+            out["learned_lambda"] = [round(float(v), 4) for v in model.pool.lam()]
+        return out
+
+    runs, models = train_each(KINDS, lambda kind: FarbackModel(config, kind), train, score,
+                              on_start=on_start, on_step=on_step, on_done=on_done)
+    return {"task": "farback", "config": config.to_dict(), "held_out": n_held_out,
+            "recency_rules": rules, "models": runs}, models
 
 
 def weight_examples(model: FarbackModel, n: int = 6) -> tuple[np.ndarray, list[str], list]:

@@ -32,6 +32,8 @@ import numpy as np
 from ..nn import Embedding, LayerNorm, Linear, MultiHeadAttention
 from ..nn._base import prefixed
 
+MAX_STEP_ELEMENTS = 2**27
+
 
 @dataclass(frozen=True)
 class RecallConfig:
@@ -59,8 +61,19 @@ class RecallConfig:
         if self.d_model % self.n_heads:
             raise ValueError(f"RecallConfig: d_model={self.d_model} must be divisible by "
                              f"n_heads={self.n_heads}")
-        if not self.lr > 0:
-            raise ValueError(f"RecallConfig: lr must be > 0, got {self.lr!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise ValueError(f"RecallConfig: seed must be an int ≥ 0, got {self.seed!r}")
+        if (isinstance(self.lr, bool) or not isinstance(self.lr, (int, float))
+                or not 0 < self.lr < math.inf):
+            raise ValueError(f"RecallConfig: lr must be a finite number > 0, got {self.lr!r}")
+        # One training step draws (batch, n_keys) floats to pick distinct keys and holds
+        # (batch, n_pairs + 1, d_model) activations a few times over: refuse sizes that cannot
+        # fit rather than fail inside NumPy with a MemoryError.
+        per_step = self.batch * max(self.n_keys, (self.n_pairs + 1) * self.d_model)
+        if per_step > MAX_STEP_ELEMENTS:
+            raise ValueError(f"RecallConfig: batch={self.batch} × max(n_keys, (n_pairs + 1) × "
+                             f"d_model) = {per_step:,} values per training step, more than the "
+                             f"{MAX_STEP_ELEMENTS:,} (1 GiB of float64) allowed")
 
     def lr_at(self, step: int) -> float:
         """Learning rate for training step ``step`` (0-based): cosine from lr down to lr/10.
@@ -68,8 +81,9 @@ class RecallConfig:
         A constant rate lets held-out accuracy sag from 100% to ~99.7% late in training (Adam's
         steps stay lr-sized while the gradients vanish); decaying it keeps the solution put.
         """
-        t = min(step, self.decay_steps) / self.decay_steps
-        return self.lr * (0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * t)))
+        from .training import cosine_lr  # here: training.py imports this module
+
+        return cosine_lr(self.lr, step, self.decay_steps)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -107,6 +121,18 @@ class RecallTask:
         """A fixed held-out set, from a generator no training run ever uses (seed offset)."""
         return self.sample(np.random.default_rng([self.config.seed, 0xE7A1]), n)
 
+    def example(self, index: int) -> RecallBatch:
+        """Held-out sequence ``index`` on its own, the one ``qkv train explain --index`` shows.
+
+        Each index has its own generator ``[seed, 0xE7A1, 1, index]``, so example ``index`` is
+        the same whatever the size of the held-out set or whichever other examples are drawn,
+        and no training run ever draws from it (training uses ``[seed, 1]``). It is not a row
+        of :meth:`held_out`, whose rows all come from one stream and so depend on ``n``.
+        """
+        if isinstance(index, bool) or not isinstance(index, (int, np.integer)) or index < 0:
+            raise ValueError(f"RecallTask.example: index must be an int ≥ 0, got {index!r}")
+        return self.sample(np.random.default_rng([self.config.seed, 0xE7A1, 1, int(index)]), 1)
+
 
 class RecallModel:
     """One attention layer reading the query slot's answer out of the pairs (see module doc).
@@ -132,6 +158,17 @@ class RecallModel:
                        "ln": self.ln, "head": self.head}
         self.params = {n: a for name, layer in self.layers.items()
                        for n, a in prefixed(name, layer.params).items()}
+
+    @staticmethod
+    def pinned_shapes(config: RecallConfig) -> dict[str, tuple[int, ...]]:
+        """The shapes of the parameters that fix every size in ``config`` the model allocates
+        (n_keys, n_values, d_model): a checkpoint's header is checked against them before a
+        model is built from its config (tests/test_checkpoint.py keeps them equal to the
+        built model's)."""
+        c = config
+        return {"key_emb.weight": (c.n_keys, c.d_model),
+                "val_emb.weight": (c.n_values + 1, c.d_model),
+                "head.weight": (c.d_model, c.n_values)}
 
     def _embed(self, batch: RecallBatch):
         ek, ck = self.key_emb.forward(batch.keys)

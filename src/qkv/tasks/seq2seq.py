@@ -28,16 +28,16 @@ answer), so one early mistake can spoil an exact match.
 from __future__ import annotations
 
 import itertools
-import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 
 from .. import attention, attention_weights, padding
-from ..nn import GRU, Adam, Embedding, Linear, MultiHeadAttention, softmax_cross_entropy
+from ..nn import GRU, Embedding, Linear, MultiHeadAttention, softmax_cross_entropy
 from ..nn._base import prefixed
 from . import checkpoint as ckpt
+from .training import cosine_lr, train_each, train_steps
 
 KINDS = ("fixed", "attention")
 TASK = "seq2seq"
@@ -79,8 +79,7 @@ class Seq2SeqConfig:
 
     def lr_at(self, step: int) -> float:
         """Cosine decay from lr to lr/10 over the run."""
-        t = min(step, self.steps) / self.steps
-        return self.lr * (0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * t)))
+        return cosine_lr(self.lr, step, self.steps)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -280,17 +279,49 @@ class Seq2SeqModel:
                          {"task": TASK, "kind": self.kind, "config": self.config.to_dict(),
                           "metrics": metrics or {}})
 
+    @staticmethod
+    def pinned_shapes(config: Seq2SeqConfig, kind: str) -> dict[str, tuple[int, ...]]:
+        """The shapes of the parameters that fix every size in ``config`` the model allocates
+        (n_symbols, d_emb, d_hidden, d_attn): a checkpoint's header is checked against them
+        before a model is built from its config."""
+        c = config
+        shapes = {"emb.weight": (c.n_symbols + 1, c.d_emb),
+                  "enc.w_ih": (c.d_emb, 3 * c.d_hidden),
+                  "out.weight": (2 * c.d_hidden, c.n_symbols)}
+        if kind == "attention":
+            shapes["attn.w_q"] = (c.d_hidden, c.d_attn)
+        return shapes
+
     @classmethod
     def load(cls, path) -> Seq2SeqModel:
-        tensors, meta = ckpt.load(path)
-        if meta.get("task") != TASK or meta.get("kind") not in KINDS:
-            raise ValueError(f"{path} is a checkpoint of task {meta.get('task')!r}, not {TASK!r}")
-        model = cls(Seq2SeqConfig(**meta["config"]), meta["kind"])
-        for name, p in model.params.items():
-            saved = tensors.get(f"model.{name}")
-            if saved is None or saved.shape != p.shape:
-                raise ValueError(f"{path}: parameter {name!r} missing or of the wrong shape")
-            p[...] = saved
+        """The model saved at ``path``; a :class:`~qkv.tasks.checkpoint.CheckpointError` naming
+        the file for anything truncated, edited or inconsistent."""
+
+        def check(meta, shapes):
+            if meta.get("task") != TASK or meta.get("kind") not in KINDS:
+                raise ckpt.CheckpointError(f"a checkpoint of task {meta.get('task')!r} "
+                                           f"(kind {meta.get('kind')!r}), not {TASK!r}")
+            config = ckpt.config_from(Seq2SeqConfig, meta.get("config"))
+            ckpt.expect_shapes(shapes, {f"model.{n}": s for n, s in
+                                        cls.pinned_shapes(config, meta["kind"]).items()},
+                               "config")
+            if not isinstance(meta.get("metrics", {}), dict):
+                raise ckpt.CheckpointError("metrics must be a JSON object")
+
+        tensors, meta = ckpt.load(path, check=check)
+        with ckpt.reading(path):
+            model = cls(ckpt.config_from(Seq2SeqConfig, meta["config"]), meta["kind"])
+            extra = sorted(set(tensors) - {f"model.{n}" for n in model.params})
+            if extra:
+                raise ckpt.CheckpointError(f"unexpected tensors {extra[:3]}")
+            for name, p in model.params.items():
+                saved = tensors.get(f"model.{name}")
+                if saved is None or saved.shape != p.shape or saved.dtype != p.dtype:
+                    raise ckpt.CheckpointError(f"parameter {name!r} missing or mismatched "
+                                               f"(expected {p.dtype}{p.shape})")
+                if not np.isfinite(saved).all():
+                    raise ckpt.CheckpointError(f"parameter {name!r} holds NaN or infinity")
+                p[...] = saved
         model.metrics = meta.get("metrics", {})
         return model
 
@@ -316,37 +347,16 @@ def load_pretrained(kind: str = "attention") -> Seq2SeqModel:
 
 
 # -- training and evaluation ----------------------------------------------------------------
-def _clip(grads: dict[str, np.ndarray], limit: float) -> float:
-    norm = math.sqrt(sum(float(np.vdot(g, g)) for g in grads.values()))
-    if norm > limit:
-        for g in grads.values():
-            g *= limit / norm
-    return norm
-
-
 def train(model: Seq2SeqModel, on_step=None) -> list[float]:
     """Train ``model`` for ``config.steps`` Adam steps; returns the loss per step.
 
     Data come from a generator seeded ``[seed, 1]`` — the same batches for both kinds, so the
     two models see exactly the same examples in the same order.
     """
-    from ..engine.threads import single_threaded_blas
-
     c = model.config
-    rng = np.random.default_rng([c.seed, 1])
-    opt = Adam(model.params, lr=c.lr)
-    losses = []
-    with single_threaded_blas():  # small matrices: BLAS threads only slow them down
-        for step in range(c.steps):
-            batch = sample(rng, c.batch, c.n_symbols, c.min_len, c.max_len)
-            loss, grads = model.loss(batch)
-            _clip(grads, c.clip)
-            opt.lr = c.lr_at(step)
-            opt.step(grads)
-            losses.append(loss)
-            if on_step:
-                on_step(step + 1, loss)
-    return losses
+    return train_steps(
+        model, c, lambda rng: model.loss(sample(rng, c.batch, c.n_symbols, c.min_len, c.max_len)),
+        clip=c.clip, on_step=on_step)
 
 
 def evaluate(model: Seq2SeqModel, sets, chunk: int = 500) -> list[dict]:
@@ -380,28 +390,14 @@ def experiment(config: Seq2SeqConfig, per_bucket: int = 1000, *, on_start=None, 
     parameter count, training time, final loss and ``buckets`` (token accuracy and exact match
     per length bucket).
     """
-    import time
-
     sets = held_out(config, per_bucket)
-    result = {"task": TASK, "config": config.to_dict(), "per_bucket": per_bucket, "models": {}}
-    models = {}
-    for kind in KINDS:
-        model = Seq2SeqModel(config, kind)
-        if on_start:
-            on_start(kind, model)
-        t0 = time.perf_counter()
-        hook = None if on_step is None else (lambda s, loss, k=kind: on_step(k, s, loss))
-        losses = train(model, hook)
-        seconds = time.perf_counter() - t0
-        rows = evaluate(model, sets)
-        run = {"parameters": model.num_params, "train_seconds": round(seconds, 1),
-               "final_loss": float(np.mean(losses[-50:])), "buckets": rows}
-        model.metrics = run
-        result["models"][kind] = run
-        models[kind] = model
-        if on_done:
-            on_done(kind, run)
-    return result, models
+    runs, models = train_each(KINDS, lambda kind: Seq2SeqModel(config, kind), train,
+                              lambda model: {"buckets": evaluate(model, sets)},
+                              on_start=on_start, on_step=on_step, on_done=on_done)
+    for kind, model in models.items():
+        model.metrics = runs[kind]
+    return {"task": TASK, "config": config.to_dict(), "per_bucket": per_bucket,
+            "models": runs}, models
 
 
 def alignment_example(model: Seq2SeqModel, length: int = 24, index: int = 0):

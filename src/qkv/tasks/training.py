@@ -1,15 +1,19 @@
-"""The training loop for associative recall: pure NumPy on qkv's forward and backward.
+"""The training loops: associative recall's :class:`Run`, and the runner the seeds' experiments
+(:mod:`~qkv.tasks.seq2seq`, :mod:`~qkv.tasks.farback`) share — pure NumPy on qkv's forward and
+backward.
 
 One step: sample a batch → forward → softmax cross-entropy → backward → Adam. Every random
 draw comes from generators seeded by ``config.seed`` (initialisation: ``seed``; training data:
-``[seed, 1]``; held-out data: ``[seed, 0xE7A1]``), and the data generator's state is saved in
+``[seed, 1]``; held-out data: ``[seed, 0xE7A1]``; the single example ``i`` that ``qkv train
+explain --index i`` shows: ``[seed, 0xE7A1, 1, i]``), and the data generator's state is saved in
 each checkpoint, so a run resumed from a checkpoint continues bit-for-bit as if never stopped.
 """
 
 from __future__ import annotations
 
+import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -56,19 +60,38 @@ class Run:
 
     @classmethod
     def load(cls, path) -> Run:
-        tensors, meta = ckpt.load(path)
-        if meta.get("task") != TASK:
-            raise ValueError(f"{path} is a checkpoint of task {meta.get('task')!r}, not {TASK!r}")
-        run = cls.fresh(RecallConfig(**meta["config"]))
-        for name, p in run.model.params.items():
-            saved = tensors.get(f"model.{name}")
-            if saved is None or saved.shape != p.shape or saved.dtype != p.dtype:
-                raise ValueError(f"{path}: parameter {name!r} missing or mismatched "
-                                 f"(expected {p.dtype}{p.shape})")
-            p[...] = saved
-        run.opt.load_state_dict({n[len("adam."):]: a for n, a in tensors.items()
-                                 if n.startswith("adam.")})
-        run.rng.bit_generator.state = meta["rng"]
+        """The run saved at ``path``; a :class:`~qkv.tasks.checkpoint.CheckpointError` naming
+        the file for anything truncated, edited, out of range or inconsistent. The config is
+        checked against the stored shapes before the model is built from it."""
+        tensors, meta = ckpt.load(path, check=_check_header)
+        with ckpt.reading(path):
+            config = ckpt.config_from(RecallConfig, meta["config"])
+            run = cls.fresh(config)
+            expected = {f"model.{n}": p for n, p in run.model.params.items()}
+            expected.update({f"adam.{n}": a for n, a in run.opt.state_dict().items()})
+            extra = sorted(set(tensors) - set(expected))
+            if extra:
+                raise ckpt.CheckpointError(f"unexpected tensors {extra[:3]}")
+            for name, want in expected.items():
+                got = tensors.get(name)
+                if got is None or got.shape != want.shape or got.dtype != want.dtype:
+                    raise ckpt.CheckpointError(
+                        f"tensor {name!r} is {_describe(got)}, expected {want.dtype}"
+                        f"{want.shape}")
+                if got.dtype.kind == "f" and not np.isfinite(got).all():
+                    raise ckpt.CheckpointError(f"tensor {name!r} holds NaN or infinity")
+            for name, p in run.model.params.items():
+                p[...] = tensors[f"model.{name}"]
+            run.opt.load_state_dict({n[len("adam."):]: a for n, a in tensors.items()
+                                     if n.startswith("adam.")})
+            if run.opt.t != meta["step"]:
+                raise ckpt.CheckpointError(f"adam.step is {run.opt.t} but step is "
+                                           f"{meta['step']}")
+            try:
+                run.rng.bit_generator.state = meta["rng"]
+            except (TypeError, ValueError, KeyError) as exc:
+                raise ckpt.CheckpointError(f"rng is not a {type(run.rng.bit_generator).__name__}"
+                                           f" state ({exc})") from None
         run.step, run.elapsed, run.history = meta["step"], meta["elapsed"], meta["history"]
         return run
 
@@ -128,3 +151,105 @@ class Run:
         if on_eval:
             on_eval(self, metrics)
         return metrics
+
+
+def _check_header(meta: dict, shapes: ckpt.Shapes) -> None:
+    """The metadata of a recall checkpoint, checked on the header alone (before any tensor is
+    read or any model built): task, config (types, ranges, and the sizes its tensors pin),
+    step, elapsed and history."""
+    if meta.get("task") != TASK:
+        raise ckpt.CheckpointError(f"a checkpoint of task {meta.get('task')!r}, not {TASK!r}")
+    for key in ("config", "step", "rng", "elapsed", "history"):
+        if key not in meta:
+            raise ckpt.CheckpointError(f"metadata {key!r} is missing")
+    config = ckpt.config_from(RecallConfig, meta["config"])
+    ckpt.expect_shapes(shapes, {f"model.{n}": s for n, s in
+                                RecallModel.pinned_shapes(config).items()}, "config")
+    ckpt.natural(meta["step"], "step")
+    elapsed = meta["elapsed"]
+    if (isinstance(elapsed, bool) or not isinstance(elapsed, (int, float))
+            or not 0 <= elapsed < float("inf")):
+        raise ckpt.CheckpointError(f"elapsed must be a number of seconds ≥ 0, got {elapsed!r}")
+    history = meta["history"]
+    if not isinstance(history, list) or not all(
+            isinstance(h, dict) and isinstance(h.get("step"), int)
+            and all(isinstance(h.get(k), (int, float)) for k in ("accuracy", "top_weight_hit"))
+            for h in history):
+        raise ckpt.CheckpointError("history must be a list of evaluations, each with step, "
+                                   "accuracy and top_weight_hit")
+    if not isinstance(meta["rng"], dict):
+        raise ckpt.CheckpointError("rng must be a generator state (a JSON object)")
+
+
+def _describe(a) -> str:
+    return "missing" if a is None else f"{a.dtype}{a.shape}"
+
+
+# -- the seeds' experiments: several models, the same batches, one runner ---------------------
+def cosine_lr(lr: float, step: int, steps: int) -> float:
+    """The learning rate for step ``step`` (0-based): a cosine from ``lr`` down to ``lr/10``
+    over ``steps`` steps, then constant."""
+    t = min(step, steps) / steps
+    return lr * (0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * t)))
+
+
+def clip_grad_norm(grads: dict[str, np.ndarray], limit: float) -> float:
+    """Scale ``grads`` in place so that their global norm is at most ``limit`` (GRUs'
+    gradients spike now and then); returns the norm before clipping."""
+    norm = math.sqrt(sum(float(np.vdot(g, g)) for g in grads.values()))
+    if norm > limit:
+        for g in grads.values():
+            g *= limit / norm
+    return norm
+
+
+def train_steps(model, config, loss_and_grads: Callable[[np.random.Generator], tuple],
+                *, clip: float, on_step: Callable[[int, float], None] | None = None
+                ) -> list[float]:
+    """Adam on ``model.params`` for ``config.steps`` steps; returns the loss per step.
+
+    Each step calls ``loss_and_grads(rng)`` — draw a batch from ``rng``, return ``(loss,
+    grads)`` — clips the gradient norm to ``clip`` and takes an Adam step at
+    ``config.lr_at(step)``. ``rng`` is the generator ``[config.seed, 1]``, so every model
+    trained from the same config sees the same batches in the same order. BLAS is held to one
+    thread: these matrices are small and its threads only slow them down.
+    """
+    rng = np.random.default_rng([config.seed, 1])
+    opt = Adam(model.params, lr=config.lr)
+    losses = []
+    with single_threaded_blas():
+        for step in range(config.steps):
+            loss, grads = loss_and_grads(rng)
+            clip_grad_norm(grads, clip)
+            opt.lr = config.lr_at(step)
+            opt.step(grads)
+            losses.append(loss)
+            if on_step:
+                on_step(step + 1, loss)
+    return losses
+
+
+def train_each(kinds: Iterable[str], build: Callable, train: Callable, score: Callable, *,
+               on_start=None, on_step=None, on_done=None) -> tuple[dict, dict]:
+    """Build, train and score one model per kind, in order; returns ``(runs, models)``.
+
+    ``build(kind) → model``; ``train(model, on_step) → losses`` (e.g. by :func:`train_steps`);
+    ``score(model) → dict`` of held-out results. Each run is ``{"parameters", "train_seconds",
+    "final_loss" (mean of the last 50 steps), **score(model)}``. The hooks are called as
+    ``on_start(kind, model)``, ``on_step(kind, step, loss)``, ``on_done(kind, run)``.
+    """
+    runs, models = {}, {}
+    for kind in kinds:
+        model = build(kind)
+        if on_start:
+            on_start(kind, model)
+        t0 = time.perf_counter()
+        hook = None if on_step is None else (lambda s, loss, k=kind: on_step(k, s, loss))
+        losses = train(model, hook)
+        run = {"parameters": model.num_params,
+               "train_seconds": round(time.perf_counter() - t0, 1),
+               "final_loss": float(np.mean(losses[-50:])), **score(model)}
+        runs[kind], models[kind] = run, model
+        if on_done:
+            on_done(kind, run)
+    return runs, models
