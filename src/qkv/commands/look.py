@@ -69,32 +69,16 @@ def _fail(message: str) -> int:
     return 2
 
 
-def load(folder: str | None, hf: bool):
-    """``(model, name)`` for ``--model``/``--hf``: qkv's own MiniLM for the wheel or a
-    MiniLM-style BERT folder, else :class:`qkv.models.folder.TransformersFolder`. Raises
-    ModelFilesError (bad folder) or ImportError (transformers missing, with the install hint)."""
-    from qkv.models import MiniLM
-    from qkv.models.folder import TransformersFolder, looks_like_minilm
-
-    if hf or (folder is not None and not looks_like_minilm(folder)):
-        if folder is None:
-            from qkv.models.files import wheel_folder
-
-            folder = wheel_folder()[0]
-        model = TransformersFolder.load(folder)
-        return model, model.name
-    return MiniLM.load(folder), "all-MiniLM-L6-v2"
-
-
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from qkv.models import ModelFilesError
+    from qkv.models.folder import attention_map, load_model
     from qkv.render import Figure, as_heads
     from qkv.render.terminal import neuron_view
 
     try:
-        model, name = load(args.model, args.hf)
+        model, name = load_model(args.model, args.hf)
     except (ModelFilesError, ImportError) as exc:
         return _fail(str(exc))
     layers, heads = model.config.n_layers, model.config.n_heads
@@ -105,11 +89,8 @@ def run(args: argparse.Namespace) -> int:
 
     console = Console()
     try:
-        if hasattr(model, "attention_map"):  # a transformers folder: its masks come too
-            result = model.attention_map(args.sentence)
-            tokens, weights, allowed = result.tokens, result.weights, result.allowed
-        else:
-            (tokens, weights), allowed = model.attentions(args.sentence), None  # (L, H, n, n)
+        result = attention_map(model, args.sentence)  # weights, allowed (L, H, n, n)
+        tokens, weights, allowed = result.tokens, result.weights, result.allowed
     except (ModelFilesError, ValueError) as exc:
         return _fail(str(exc))
     fig = Figure(as_heads(weights, tokens, title=f"{name} on qkv: {args.sentence!r}",

@@ -32,7 +32,8 @@ import numpy as np
 
 from .files import ModelFilesError
 
-__all__ = ["AttentionMap", "FolderConfig", "TransformersFolder", "looks_like_minilm"]
+__all__ = ["AttentionMap", "FolderConfig", "TransformersFolder", "attention_map", "load_model",
+           "looks_like_minilm"]
 
 # Files one of which a tokenizer needs (fast tokenizer, sentencepiece, WordPiece, BPE).
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "spiece.model", "vocab.txt",
@@ -112,7 +113,11 @@ class TransformersFolder:
 
     @property
     def name(self) -> str:
-        return f"{self.folder.name} ({self.config.architecture})"
+        """e.g. "tiny-gpt2 (GPT2Model)"; a folder called "model" is named with its parent."""
+        label = self.folder.name
+        if label.lower() == "model" and self.folder.parent.name:
+            label = f"{self.folder.parent.name}/{label}"
+        return f"{label} ({self.config.architecture})"
 
     @classmethod
     def load(cls, path: str | Path) -> TransformersFolder:
@@ -293,6 +298,35 @@ def _quiet():
         logging.set_verbosity(verbosity)
         if bars:
             logging.enable_progress_bar()
+
+
+def load_model(folder: str | Path | None = None, hf: bool = False):
+    """``(model, name)`` for the views' ``--model FOLDER`` / ``--hf``.
+
+    No folder: qkv's own :class:`MiniLM` from the installed wheel. A MiniLM-style BERT folder:
+    the same, read from that folder (no torch needed). Any other folder, or ``hf=True``:
+    :class:`TransformersFolder` (the wheel's folder when no folder is given). Raises
+    ModelFilesError (a bad folder) or ImportError (transformers missing: the install hint).
+    """
+    from .minilm import MiniLM
+
+    if hf or (folder is not None and not looks_like_minilm(folder)):
+        if folder is None:
+            from .files import wheel_folder
+
+            folder = wheel_folder()[0]
+        model = TransformersFolder.load(folder)
+        return model, model.name
+    return MiniLM.load(folder), "all-MiniLM-L6-v2"
+
+
+def attention_map(model, sentence: str) -> AttentionMap:
+    """:meth:`TransformersFolder.attention_map` for either kind of model (MiniLM masks nothing
+    in one sentence, so its ``allowed`` is None)."""
+    if isinstance(model, TransformersFolder):
+        return model.attention_map(sentence)
+    tokens, weights = model.attentions(sentence)  # (L, H, n, n)
+    return AttentionMap([str(t) for t in tokens], np.asarray(weights, dtype=np.float64), None)
 
 
 def _first_line(exc: BaseException) -> str:
