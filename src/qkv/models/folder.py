@@ -142,7 +142,6 @@ class TransformersFolder:
         import torch
         import transformers
 
-        raw = read_folder_config(folder)[1]
         try:
             hf_config = transformers.AutoConfig.from_pretrained(folder, local_files_only=True)
         except (ValueError, KeyError, OSError) as exc:
@@ -150,7 +149,7 @@ class TransformersFolder:
                 from None
         try:
             tokenizer = transformers.AutoTokenizer.from_pretrained(folder, local_files_only=True)
-        except Exception as exc:  # noqa: BLE001 - transformers raises many kinds here
+        except Exception as exc:  # transformers raises many kinds here
             raise _fail(folder, f"its tokenizer cannot be loaded: {_first_line(exc)}") from None
         try:
             model = transformers.AutoModel.from_pretrained(
