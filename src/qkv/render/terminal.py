@@ -257,10 +257,12 @@ class NeuronView:
         self.trace, self.keys, self.query, self.title = trace, keys, query, title
 
     def __rich_console__(self, console, options):
-        yield self.group(plain(console))
+        yield self.group(plain(console), options.max_width)
 
-    def group(self, no_colour: bool = False):
-        """The view as a rich Group; ``no_colour``: vectors as bar heights, not colours."""
+    def group(self, no_colour: bool = False, width: int | None = None):
+        """The view as a rich Group; ``no_colour``: vectors as bar heights, not colours, one
+        character per component — the k and q ∘ k columns are left out (and the footer says
+        so) when they do not fit ``width``; the numbers always do."""
         from rich import box
         from rich.console import Group
         from rich.table import Table
@@ -286,28 +288,35 @@ class NeuronView:
         head.append(f"  (d_k = {d}; {signs}; |q| = {np.linalg.norm(q):.2f})\n", style="dim")
         table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1),
                       header_style="bold")
-        width = d if no_colour else (d + 1) // 2
+        cells = d if no_colour else (d + 1) // 2
+        # key 12, three numbers of 7, the bar and "◀ strongest" 20, and the gaps between columns
+        fixed = 12 + 3 * 7 + 20 + 6
+        shown = 2 if width is None or fixed + 2 * (cells + 1) <= width else (
+            1 if fixed + cells + 1 <= width else 0)
         table.add_column("key", max_width=12, overflow="ellipsis", no_wrap=True)
-        table.add_column("k", no_wrap=True, min_width=width)
-        table.add_column("q ∘ k", no_wrap=True, min_width=width)
+        for name in ("k", "q ∘ k")[:shown]:
+            table.add_column(name, no_wrap=True, min_width=cells)
         for name in ("q · k", "scaled", "softmax"):
             table.add_column(name, justify="right", no_wrap=True, min_width=7)
         table.add_column("", no_wrap=True, min_width=8)
         best = int(np.argmax(np.where(allowed, weights, -np.inf))) if allowed.any() else -1
         for j, key in enumerate(keys):
             w = float(weights[j])
+            vectors = [vector(k[j], vec_limit), vector(products[j], prod_limit)][:shown]
             if not allowed[j]:
-                table.add_row(key, vector(k[j], vec_limit), vector(products[j], prod_limit),
-                              f"{scores[j]:.2f}", MASKED_MARK, MASKED_MARK,
+                table.add_row(key, *vectors, f"{scores[j]:.2f}", MASKED_MARK, MASKED_MARK,
                               Text("masked", style="dim"))
                 continue
             bar = Text("█" * round(w * 8), style=weight_color(max(w, 0.35)))
             if no_colour and j == best:
                 bar.append(" ◀ strongest")
-            table.add_row(key, vector(k[j], vec_limit), vector(products[j], prod_limit),
-                          f"{scores[j]:.2f}", f"{scaled[j]:.3f}", f"{w:.4f}", bar)
+            table.add_row(key, *vectors, f"{scores[j]:.2f}", f"{scaled[j]:.3f}", f"{w:.4f}", bar)
         note = (f" {MASKED_MARK} = masked key (may not attend): no weight." if not allowed.all()
                 else "")
+        if shown < 2:
+            note += (f" The {' and '.join(('k', 'q ∘ k')[shown:])} column"
+                     f"{'s do' if shown == 0 else ' does'} not fit {width} columns: widen the "
+                     "terminal to see them.")
         foot = Text(f"q · k sums the {d} products in each row of q ∘ k; the scaled scores are "
                     f"q · k × 1/√{d}; softmax over the keys gives weights summing to "
                     f"{weights.sum():.4f}. Scaled = q · k × {trace.scale:.4f}.{note}",
