@@ -967,7 +967,7 @@
     state.head = Math.min(state.head, data.heads - 1);
     if (state.token !== null && state.token >= data.tokens.length) state.token = null;
     $("#model-status").textContent = `${data.tokens.length} tokens`;
-    $("#model-name").textContent = `${data.model} (${data.layers} layers × ${data.heads} heads)`;
+    $("#model-name").textContent = `${data.model}, ${data.layers} layers × ${data.heads} heads,`;
     writeURL();
     renderThumbs();
     renderHeat();
