@@ -8,6 +8,11 @@
         model(**inputs)                              # no n × n matrix is built
     rec.weights[2][0]                                # (B, 1 head, 1 row, Nk) for layer 2, call 0
 
+    with qkv.integrations.transformers.capture(layers=[2]) as cap:
+        model(**inputs)                              # what layer 2's attention received
+    call = cap.calls[2][0]                           # q, k, v (after RoPE), mask, scale
+    allowed_pairs(call)                              # (B, Hq, Nq, Nk) bool: the mask it ran
+
 Each attention call of the model goes through :func:`attention_forward`: the torch tensors
 ``query (B, Hq, Nq, D)``, ``key``/``value (B, Hkv, Nk, D)`` become NumPy views (CPU only), and
 ``qkv.attention`` computes the output tile by tile, grouped-query attention kept as GQA (query
