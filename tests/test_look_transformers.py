@@ -69,6 +69,12 @@ def build(kind: str, folder: Path, tokenizer: bool = True) -> Path:
                                        num_hidden_layers=2, num_attention_heads=4,
                                        num_key_value_heads=2, max_position_embeddings=64)
         model = transformers.LlamaForCausalLM(cfg)
+    elif kind == "mistral-window":
+        cfg = transformers.MistralConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=48,
+                                         num_hidden_layers=2, num_attention_heads=4,
+                                         num_key_value_heads=2, max_position_embeddings=64,
+                                         sliding_window=4)
+        model = transformers.MistralForCausalLM(cfg)
     elif kind == "gemma2-softcap":  # attention logit soft-capping: refused by the backend
         cfg = transformers.Gemma2Config(vocab_size=VOCAB, hidden_size=32, intermediate_size=48,
                                         num_hidden_layers=1, num_attention_heads=4,
@@ -164,6 +170,18 @@ def test_head_trace_is_explain_of_the_heads_inputs(folders, oracles, kind):
         model.head_trace(SENTENCE, 1, 3, 12)
     with pytest.raises(ValueError, match="head must lie in"):
         model.head_trace(SENTENCE, 1, 4, 0)
+
+
+def test_sliding_window_is_shown_as_its_band(tmp_path):
+    """Mistral's sliding window (4 keys: itself and 3 back) is the mask every view draws."""
+    folder = build("mistral-window", tmp_path / "mistral")
+    result = TransformersFolder.load(folder).attention_map(SENTENCE)
+    e32, e64 = eager(folder)
+    i, j = np.arange(12)[:, None], np.arange(12)[None, :]
+    assert (result.allowed == ((j <= i) & (j >= i - 3))).all()
+    for layer in range(2):
+        bound = 4 * np.abs(e32[layer] - e64[layer]).max() + 8 * EPS32
+        assert np.abs(result.weights[layer] - e64[layer]).max() <= bound
 
 
 def test_concurrent_calls_give_the_sequential_answers(folders):
