@@ -1,5 +1,6 @@
 """Open a local web page to explore attention: drag queries and keys, move the scale, edit
-masks, and look inside MiniLM's heads. Every number on the page is computed by qkv.
+masks, and look inside MiniLM's heads (or,
+with --model FOLDER, a local transformers model's). Every number on the page is computed by qkv.
 
 The server binds to 127.0.0.1 (this machine only) unless --host says otherwise, and works
 offline: the page and its assets ship inside the package. Stop it with Ctrl-C.
@@ -20,6 +21,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="address to listen on (default 127.0.0.1: this machine only)")
     parser.add_argument("--no-browser", action="store_true",
                         help="do not open a web browser, just print the address")
+    parser.add_argument("--model", metavar="FOLDER",
+                        help="show this local Hugging Face transformers model folder's heads "
+                             "in the model view instead of MiniLM (as qkv look --model)")
+    parser.add_argument("--hf", action="store_true",
+                        help="run the model through transformers (attn_implementation='qkv') "
+                             "even when qkv's own MiniLM could read it")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -28,8 +35,18 @@ def run(args: argparse.Namespace) -> int:
     if not 0 <= args.port <= 65535:
         print(f"qkv explore: --port must be between 0 and 65535, got {args.port}", file=sys.stderr)
         return 2
+    if args.model is not None:
+        from qkv.models import ModelFilesError
+        from qkv.models.folder import read_folder_config
+
+        try:  # a folder that is no model at all is said now; the weights load on first use
+            read_folder_config(args.model)
+        except ModelFilesError as exc:
+            print(f"qkv explore: {exc}", file=sys.stderr)
+            return 2
     try:
-        serve(args.host, args.port, open_browser=not args.no_browser)
+        serve(args.host, args.port, open_browser=not args.no_browser, model_folder=args.model,
+              hf=args.hf)
     except OSError as exc:
         print(f"qkv explore: {exc}", file=sys.stderr)
         return 2

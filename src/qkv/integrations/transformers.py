@@ -8,6 +8,11 @@
         model(**inputs)                              # no n × n matrix is built
     rec.weights[2][0]                                # (B, 1 head, 1 row, Nk) for layer 2, call 0
 
+    with qkv.integrations.transformers.capture(layers=[2]) as cap:
+        model(**inputs)                              # what layer 2's attention received
+    call = cap.calls[2][0]                           # q, k, v (after RoPE), mask, scale
+    allowed_pairs(call)                              # (B, Hq, Nq, Nk) bool: the mask it ran
+
 Each attention call of the model goes through :func:`attention_forward`: the torch tensors
 ``query (B, Hq, Nq, D)``, ``key``/``value (B, Hkv, Nk, D)`` become NumPy views (CPU only), and
 ``qkv.attention`` computes the output tile by tile, grouped-query attention kept as GQA (query
@@ -49,7 +54,8 @@ except ImportError as e:  # a missing package, or a transformers older than 4.53
         f"qkv.integrations.transformers needs transformers>=4.53 and torch ({e}): "
         f"{install_hint('hf')}; torch comes with your transformers setup") from e
 
-__all__ = ["NAME", "Recorder", "attention_forward", "record", "register", "translate_mask"]
+__all__ = ["NAME", "Call", "Capture", "Recorder", "allowed_pairs", "attention_forward", "capture",
+           "record", "register", "translate_mask"]
 
 NAME = "qkv"
 # torch dtypes qkv computes in directly; bfloat16 goes through float32.
@@ -278,6 +284,9 @@ def attention_forward(module, query, key, value, attention_mask, dropout=0.0, sc
     rec = _RECORDER.get()
     if rec is not None:
         _record_call(rec, module, query, key, tr, bias, scaling)
+    cap = _CAPTURE.get()
+    if cap is not None:
+        _capture_call(cap, module, query, key, value, tr, bias, scaling)
     return out.transpose(1, 2).contiguous(), weights
 
 
@@ -327,6 +336,90 @@ def _record_call(rec: Recorder, module, query, key, tr: Translated, bias, scalin
                               rows=None if rec.rows is None else list(rec.rows),
                               max_bytes=rec.max_bytes)
     rec.weights.setdefault(layer, []).append(w)
+
+
+# --------------------------------------------------------------------------- inputs, for views
+
+
+@dataclass(frozen=True)
+class Call:
+    """What one attention call of a layer received, as NumPy copies (for the neuron view).
+
+    ``q (B, Hq, Nq, D)``, ``k``/``v (B, Hkv, Nk, D)`` (positions already applied, e.g. RoPE),
+    ``mask`` the qkv mask it ran with (see :func:`translate_mask`), ``bias`` the additive
+    bias or None, ``scale`` the scale the model passed (None: qkv's 1/√D).
+    ``qkv.explain(q[b, h], k[b, h // (Hq // Hkv)], v[...], mask, bias, scale)`` is then
+    exactly the call of query head h.
+    """
+
+    q: np.ndarray
+    k: np.ndarray
+    v: np.ndarray
+    mask: qkv.masks.Mask | None
+    bias: np.ndarray | None
+    scale: float | None
+    description: str
+
+
+@dataclass
+class Capture:
+    """``calls[layer]``: one :class:`Call` per attention call of that layer, in order."""
+
+    layers: tuple[int, ...] | None
+    calls: dict[int, list[Call]] = field(default_factory=dict)
+
+
+_CAPTURE: contextvars.ContextVar[Capture | None] = contextvars.ContextVar(
+    "qkv_transformers_capture", default=None)
+
+
+@contextlib.contextmanager
+def capture(layers=None):
+    """Keep the inputs of every attention call of ``layers`` (None = all) as :class:`Call`.
+
+    Memory is the layers' q, k, v: ``B · (Hq + 2·Hkv) · N · D`` numbers per call, no n × n
+    matrix. The model's outputs are unchanged.
+    """
+    cap = Capture(_index_tuple("layers", layers))
+    token = _CAPTURE.set(cap)
+    try:
+        yield cap
+    finally:
+        _CAPTURE.reset(token)
+
+
+def _capture_call(cap: Capture, module, query, key, value, tr: Translated, bias,
+                  scaling) -> None:
+    layer = getattr(module, "layer_idx", None)
+    if layer is None:
+        raise ValueError(
+            f"capture(layers=...): {type(module).__name__} has no layer_idx, so its layer "
+            "cannot be told apart; this model is not supported by capture()")
+    if cap.layers is not None and layer not in cap.layers:
+        return
+    q, k, v = (np.array(_numpy(t, name)) for t, name in
+               ((query, "query"), (key, "key"), (value, "value")))  # copies, not views
+    cap.calls.setdefault(layer, []).append(
+        Call(q, k, v, tr.mask, bias, None if scaling is None else float(scaling),
+             tr.description))
+
+
+def allowed_pairs(call: Call) -> np.ndarray:
+    """The pairs ``call``'s mask lets attend: bool ``(B, Hq, Nq, Nk)``, True = may attend.
+
+    The mask bound to the call's problem (``qkv.engine.prepare``) and written out densely by
+    the same ``dense`` the reference uses, so it is the very rule the kernel applied.
+    """
+    from qkv.engine import prepare
+
+    b, hq, nq, _ = call.q.shape
+    nk = call.k.shape[-2]
+    if call.mask is None:
+        return np.ones((b, hq, nq, nk), dtype=bool)
+    # Shapes only: one zero feature per position (the scores do not matter here).
+    p = prepare(np.zeros((b, hq, nq, 1)), np.zeros((b, call.k.shape[1], nk, 1)), None, call.mask)
+    dense = p.mask.dense(p.q_pos, p.k_pos)  # (B or 1, Hq or 1, Nq, Nk)
+    return np.broadcast_to(dense, (b, hq, nq, nk)).copy()
 
 
 register()

@@ -74,11 +74,13 @@ def _labels(tokens, n: int, prefix: str, name: str) -> list[str]:
     return labels
 
 
-def as_heads(weights, tokens=None, *, title: str | None = None) -> Heads:
+def as_heads(weights, tokens=None, *, title: str | None = None, allowed=None) -> Heads:
     """Heads from an array ``(Nq, Nk)``, ``(H, Nq, Nk)``, ``(L, H, Nq, Nk)`` or a Trace.
 
     ``tokens``: labels for the keys (and the queries too, when Nq == Nk), or a pair
     ``(query_labels, key_labels)``; default ``q0, q1, …`` and ``k0, k1, …``.
+    ``allowed``: bool, broadcastable to the weights' shape, False where a mask removed the
+    pair (e.g. a causal model's future keys); a Trace carries its own.
     """
     trace = weights if isinstance(weights, Trace) else None
     if trace is not None:
@@ -116,8 +118,22 @@ def as_heads(weights, tokens=None, *, title: str | None = None) -> Heads:
             raise ValueError(f"tokens labels the {nk} keys but there are {nq} queries; pass "
                              "tokens=(query_labels, key_labels)")
         queries = keys if tokens is not None else _labels(None, nq, "q", "tokens")
-    allowed = None
-    if trace is not None and not np.asarray(trace.allowed).all():
+    if allowed is not None:
+        if trace is not None:
+            raise ValueError("allowed: a Trace carries its own mask; pass allowed= only with "
+                             "an array of weights")
+        given = np.asarray(allowed)
+        if given.dtype != bool:
+            raise TypeError(f"allowed must be a bool array (True = may attend), got dtype "
+                            f"{given.dtype}")
+        try:
+            given = np.broadcast_to(given.reshape((1,) * (4 - given.ndim) + given.shape)
+                                    if given.ndim <= 4 else given, arr.shape)
+        except ValueError:
+            raise ValueError(f"allowed has shape {np.shape(allowed)}, which does not broadcast "
+                             f"to the weights' shape {arr.shape}") from None
+        allowed = None if given.all() else np.array(given)
+    elif trace is not None and not np.asarray(trace.allowed).all():
         allowed = np.asarray(trace.allowed, dtype=bool).reshape(arr.shape)
     return Heads(np.clip(arr, 0.0, 1.0), queries, keys, title or "attention weights",
                  rows_name, trace, allowed)

@@ -9,6 +9,12 @@ bertviz "neuron view" of one query.
 - :func:`neuron_view`: for one query token of one head, read from a :class:`qkv.Trace`: the
   query vector, each key vector, their elementwise product (whose sum is the dot product), the
   dot product q·k, the scaled score, and the softmax weight.
+
+Masked pairs (a causal model's future keys) are drawn as masked — grey, "×" — never as a weight
+of 0. Without colour (output piped, ``NO_COLOR`` set, ``color_system=None``) the views still
+carry the information in characters: small multiples draw one character per weight from a
+shade ramp with the row's strongest key as "█" (:data:`SHADES`), and the neuron view draws
+vectors as signed bar heights (:data:`BARS`).
 """
 
 from __future__ import annotations
@@ -27,6 +33,18 @@ from .colors import (
     weight_rgb,
 )
 from .heads import Heads
+
+# Without colour: a weight's character in the small multiples. The row's strongest key is
+# STRONGEST; every other key by its weight, from below 5% to at least 50%.
+SHADES = ((0.05, "·"), (0.25, "░"), (0.5, "▒"), (float("inf"), "▓"))
+STRONGEST = "█"
+# Without colour: a vector component x as a bar height, ▁ at −limit … █ at +limit.
+BARS = "▁▂▃▄▅▆▇█"
+
+
+def plain(console) -> bool:
+    """True when ``console`` prints no colour (piped output, NO_COLOR, color_system=None)."""
+    return bool(console.no_color or console.color_system is None)
 
 
 def _short(label: str, width: int) -> str:
@@ -90,24 +108,65 @@ class Heatmap:
         yield heatmap(*self.args, max_width=options.max_width, allowed=self.allowed)
 
 
-def _block(weights: np.ndarray):
-    """One head as half-block characters: ceil(Nq/2) lines × Nk columns."""
+def _block(weights: np.ndarray, allowed: np.ndarray | None = None):
+    """One head as half-block characters: ceil(Nq/2) lines × Nk columns. ``allowed`` (Nq, Nk):
+    masked pairs take the masked grey, off the white…blue weight scale."""
     from rich.style import Style
     from rich.text import Text
 
     w = np.asarray(weights, dtype=np.float64)
     nq, nk = w.shape
+
+    def colour(i, j):
+        if allowed is not None and not allowed[i, j]:
+            return hex_color(MASKED)
+        return hex_color(weight_rgb(w[i, j]))
+
     out = Text()
     for i in range(0, nq, 2):
         for j in range(nk):
-            top = hex_color(weight_rgb(w[i, j]))
             if i + 1 < nq:
-                out.append("▀", Style(color=top, bgcolor=hex_color(weight_rgb(w[i + 1, j]))))
+                out.append("▀", Style(color=colour(i, j), bgcolor=colour(i + 1, j)))
             else:
-                out.append("▀", Style(color=top))
+                out.append("▀", Style(color=colour(i, j)))
         if i + 2 < nq:
             out.append("\n")
     return out
+
+
+def shade(w: float) -> str:
+    """The character of a weight that is not its row's strongest (see :data:`SHADES`)."""
+    return next(char for bound, char in SHADES if w < bound)
+
+
+def _plain_block(weights: np.ndarray, allowed: np.ndarray | None = None):
+    """One head without colour: Nq lines × Nk characters — the row's strongest allowed key
+    ``█``, the others by :func:`shade`, masked pairs ``×``."""
+    from rich.text import Text
+
+    w = np.asarray(weights, dtype=np.float64)
+    ok = np.ones(w.shape, bool) if allowed is None else np.asarray(allowed, bool)
+    lines = []
+    for i in range(w.shape[0]):
+        row = np.where(ok[i], w[i], -np.inf)
+        best = int(np.argmax(row)) if ok[i].any() else -1
+        lines.append("".join(MASKED_MARK if not ok[i, j] else STRONGEST if j == best
+                             else shade(w[i, j]) for j in range(w.shape[1])))
+    return Text("\n".join(lines))
+
+
+def plain_legend(masked: bool) -> str:
+    """What the characters of :func:`_plain_block` mean."""
+    parts = [f"{STRONGEST} the row's strongest key"]
+    low = 0.0
+    for bound, char in SHADES:
+        parts.append(f"{char} {'≥' if bound == float('inf') else ''}"
+                     + (f"{low:.0%}" if bound == float("inf") else
+                        f"<{bound:.0%}" if low == 0 else f"{low:.0%}–{bound:.0%}"))
+        low = bound
+    if masked:
+        parts.append(f"{MASKED_MARK} masked (may not attend)")
+    return "rows = queries, columns = keys; " + ", ".join(parts)
 
 
 class SmallMultiples:
@@ -117,7 +176,8 @@ class SmallMultiples:
         heads.head(layer, 0)  # checks the layer index
         self.heads, self.layer = heads, layer
 
-    def grid(self, width: int):
+    def grid(self, width: int, plain: bool = False):
+        """The grid at ``width`` columns; ``plain``: characters instead of colours."""
         from rich.table import Table
         from rich.text import Text
 
@@ -127,9 +187,11 @@ class SmallMultiples:
         for _ in range(per_row):
             grid.add_column(no_wrap=True)
         cells = []
+        draw = _plain_block if plain else _block
         for head in range(heads.n_heads):
             cell = Text(f"head {head}\n", style="bold")
-            cell.append_text(_block(heads.weights[self.layer, head]))
+            cell.append_text(draw(heads.weights[self.layer, head],
+                                  heads.head_allowed(self.layer, head)))
             cells.append(cell)
         for start in range(0, len(cells), per_row):
             row = cells[start: start + per_row]
@@ -137,7 +199,16 @@ class SmallMultiples:
         return grid
 
     def __rich_console__(self, console, options):
-        yield self.grid(options.max_width)
+        from rich.text import Text
+
+        no_colour = plain(console)
+        yield self.grid(options.max_width, no_colour)
+        masked = self.heads.allowed is not None and not self.heads.allowed[self.layer].all()
+        if no_colour:
+            yield Text(plain_legend(masked), style="dim")
+        elif masked:
+            yield Text("grey = masked (may not attend); white → blue = weight 0 → 1",
+                       style="dim")
 
 
 def small_multiples(heads: Heads, layer: int) -> SmallMultiples:
@@ -162,51 +233,103 @@ def _vector(values: np.ndarray, limit: float):
     return out
 
 
-def neuron_view(trace: Trace, keys: list[str], query: str, title: str = ""):
+def _bars(values: np.ndarray, limit: float):
+    """A vector without colour, one component per character: its height from ▁ (−limit) to █
+    (+limit), so signs and sizes read in plain text (see :data:`BARS`)."""
+    from rich.text import Text
+
+    t = np.zeros(len(values)) if limit <= 0 else np.clip(np.asarray(values) / limit, -1, 1)
+    levels = np.minimum(((t + 1) / 2 * len(BARS)).astype(int), len(BARS) - 1)
+    return Text("".join(BARS[i] for i in levels))
+
+
+class NeuronView:
+    """:func:`neuron_view`, drawn with colours or, on a console without colour, characters."""
+
+    def __init__(self, trace: Trace, keys: list[str], query: str, title: str = ""):
+        q = np.asarray(trace.q, dtype=np.float64).reshape(-1, trace.q.shape[-1])
+        if q.shape[0] != 1:
+            raise ValueError(f"neuron_view needs a trace of one query, got {q.shape[0]} "
+                             "queries: use qkv.explain(q[[i]], k, v)")
+        k = np.asarray(trace.k, dtype=np.float64).reshape(-1, q.shape[1])
+        if len(keys) != k.shape[0]:
+            raise ValueError(f"keys has {len(keys)} labels but the trace has {k.shape[0]} keys")
+        self.trace, self.keys, self.query, self.title = trace, keys, query, title
+
+    def __rich_console__(self, console, options):
+        yield self.group(plain(console), options.max_width)
+
+    def group(self, no_colour: bool = False, width: int | None = None):
+        """The view as a rich Group; ``no_colour``: vectors as bar heights, not colours, one
+        character per component — the k and q ∘ k columns are left out (and the footer says
+        so) when they do not fit ``width``; the numbers always do."""
+        from rich import box
+        from rich.console import Group
+        from rich.table import Table
+        from rich.text import Text
+
+        trace, keys = self.trace, self.keys
+        q = np.asarray(trace.q, dtype=np.float64).reshape(-1, trace.q.shape[-1])[0]
+        k = np.asarray(trace.k, dtype=np.float64).reshape(-1, q.shape[0])
+        scores = np.asarray(trace.scores).reshape(-1)
+        scaled = np.asarray(trace.scaled).reshape(-1)
+        weights = np.asarray(trace.weights).reshape(-1)
+        allowed = np.asarray(trace.allowed, dtype=bool).reshape(-1)
+        products = q * k  # (Nk, Dk): summed along Dk they give the dot products
+        vec_limit, prod_limit = limit_of(q, k), limit_of(products)
+        vector = _bars if no_colour else _vector
+        d = q.shape[0]
+        head = Text()
+        if self.title:
+            head.append(self.title + "\n", style="bold")
+        head.append(f"query {self.query!r}  q = ")
+        head.append_text(vector(q, vec_limit))
+        signs = ("bar heights ▁ −max … █ +max" if no_colour else "orange < 0 < blue")
+        head.append(f"  (d_k = {d}; {signs}; |q| = {np.linalg.norm(q):.2f})\n", style="dim")
+        table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1),
+                      header_style="bold")
+        cells = d if no_colour else (d + 1) // 2
+        # key 12, three numbers of 7, the bar and "◀ strongest" 20, and the gaps between columns
+        fixed = 12 + 3 * 7 + 20 + 6
+        shown = 2 if width is None or fixed + 2 * (cells + 1) <= width else (
+            1 if fixed + cells + 1 <= width else 0)
+        table.add_column("key", max_width=12, overflow="ellipsis", no_wrap=True)
+        for name in ("k", "q ∘ k")[:shown]:
+            table.add_column(name, no_wrap=True, min_width=cells)
+        for name in ("q · k", "scaled", "softmax"):
+            table.add_column(name, justify="right", no_wrap=True, min_width=7)
+        table.add_column("", no_wrap=True, min_width=8)
+        best = int(np.argmax(np.where(allowed, weights, -np.inf))) if allowed.any() else -1
+        for j, key in enumerate(keys):
+            w = float(weights[j])
+            vectors = [vector(k[j], vec_limit), vector(products[j], prod_limit)][:shown]
+            if not allowed[j]:
+                table.add_row(key, *vectors, f"{scores[j]:.2f}", MASKED_MARK, MASKED_MARK,
+                              Text("masked", style="dim"))
+                continue
+            bar = Text("█" * round(w * 8), style=weight_color(max(w, 0.35)))
+            if no_colour and j == best:
+                bar.append(" ◀ strongest")
+            table.add_row(key, *vectors, f"{scores[j]:.2f}", f"{scaled[j]:.3f}", f"{w:.4f}", bar)
+        note = (f" {MASKED_MARK} = masked key (may not attend): no weight." if not allowed.all()
+                else "")
+        if shown < 2:
+            note += (f" The {' and '.join(('k', 'q ∘ k')[shown:])} column"
+                     f"{'s do' if shown == 0 else ' does'} not fit {width} columns: widen the "
+                     "terminal to see them.")
+        foot = Text(f"q · k sums the {d} products in each row of q ∘ k; the scaled scores are "
+                    f"q · k × 1/√{d}; softmax over the keys gives weights summing to "
+                    f"{weights.sum():.4f}. Scaled = q · k × {trace.scale:.4f}.{note}",
+                    style="dim")
+        return Group(head, table, foot)
+
+
+def neuron_view(trace: Trace, keys: list[str], query: str, title: str = "") -> NeuronView:
     """The neuron view of one query, from ``qkv.explain(q[[i]], k, v)`` (a 1-query Trace).
 
     Columns: key token, k_j (each component coloured), q ∘ k_j (the products the dot product
-    sums), q·k_j, the scaled score (× 1/√d_k) and the softmax weight with a bar.
+    sums), q·k_j, the scaled score (× 1/√d_k) and the softmax weight with a bar. Keys the
+    trace's mask denies show "×" instead of a scaled score and a weight. On a console without
+    colour the vectors are bar heights (:func:`_bars`) and the strongest key is pointed at.
     """
-    from rich import box
-    from rich.console import Group
-    from rich.table import Table
-    from rich.text import Text
-
-    q = np.asarray(trace.q, dtype=np.float64).reshape(-1, trace.q.shape[-1])
-    if q.shape[0] != 1:
-        raise ValueError(f"neuron_view needs a trace of one query, got {q.shape[0]} queries: "
-                         "use qkv.explain(q[[i]], k, v)")
-    q = q[0]
-    k = np.asarray(trace.k, dtype=np.float64).reshape(-1, q.shape[0])
-    scores = np.asarray(trace.scores).reshape(-1)
-    scaled = np.asarray(trace.scaled).reshape(-1)
-    weights = np.asarray(trace.weights).reshape(-1)
-    if len(keys) != k.shape[0]:
-        raise ValueError(f"keys has {len(keys)} labels but the trace has {k.shape[0]} keys")
-    products = q * k  # (Nk, Dk): summed along Dk they give the dot products
-    vec_limit, prod_limit = limit_of(q, k), limit_of(products)
-    d = q.shape[0]
-    head = Text()
-    if title:
-        head.append(title + "\n", style="bold")
-    head.append(f"query {query!r}  q = ")
-    head.append_text(_vector(q, vec_limit))
-    head.append(f"  (d_k = {d}; orange < 0 < blue; |q| = {np.linalg.norm(q):.2f})\n", style="dim")
-    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1),
-                  header_style="bold")
-    table.add_column("key", max_width=12, overflow="ellipsis", no_wrap=True)
-    table.add_column("k", no_wrap=True, min_width=(d + 1) // 2)
-    table.add_column("q ∘ k", no_wrap=True, min_width=(d + 1) // 2)
-    for name in ("q · k", "scaled", "softmax"):
-        table.add_column(name, justify="right", no_wrap=True, min_width=7)
-    table.add_column("", no_wrap=True, min_width=8)
-    for j, key in enumerate(keys):
-        w = float(weights[j])
-        table.add_row(key, _vector(k[j], vec_limit), _vector(products[j], prod_limit),
-                      f"{scores[j]:.2f}", f"{scaled[j]:.3f}", f"{w:.4f}",
-                      Text("█" * round(w * 8), style=weight_color(max(w, 0.35))))
-    foot = Text(f"q · k sums the {d} products in each row of q ∘ k; the scaled scores are "
-                f"q · k × 1/√{d}; softmax over the keys gives weights summing to "
-                f"{weights.sum():.4f}. Scaled = q · k × {trace.scale:.4f}.", style="dim")
-    return Group(head, table, foot)
+    return NeuronView(trace, keys, query, title)

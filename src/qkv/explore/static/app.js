@@ -967,6 +967,7 @@
     state.head = Math.min(state.head, data.heads - 1);
     if (state.token !== null && state.token >= data.tokens.length) state.token = null;
     $("#model-status").textContent = `${data.tokens.length} tokens`;
+    $("#model-name").textContent = `${data.model}, ${data.layers} layers × ${data.heads} heads,`;
     writeURL();
     renderThumbs();
     renderHeat();
@@ -977,7 +978,7 @@
   function loadModel() {
     $("#sentence").value = state.sentence;
     if (model && model.sentence === state.sentence) return;
-    $("#model-status").textContent = "computing (the first time also loads MiniLM)…";
+    $("#model-status").textContent = "computing (the first time also loads the model)…";
     modelChannel.send({ sentence: state.sentence });
   }
 
@@ -991,14 +992,19 @@
       token: state.token });
   }
 
-  function drawMap(canvas, matrix) {
+  /** May query i attend to key j in layer l, head h? (A causal model's future keys may not.) */
+  const allowedAt = (l, h, i, j) => !model.allowed || model.allowed[l][h][i][j];
+
+  function drawMap(canvas, matrix, allowed) {
     const n = matrix.length;
+    const masked = COLORS.masked.match(/\w\w/g).map((x) => parseInt(x, 16));
     canvas.width = n;
     canvas.height = n;
     const ctx = canvas.getContext("2d");
     const image = ctx.createImageData(n, n);
     matrix.forEach((row, i) => row.forEach((w, j) => {
-      const rgb = heatRGB(w); // the one linear scale, as qkv look / qkv.show
+      // the one linear scale, as qkv look / qkv.show; masked pairs grey, never "weight 0"
+      const rgb = allowed && !allowed[i][j] ? masked : heatRGB(w);
       const o = 4 * (i * n + j);
       image.data[o] = rgb[0];
       image.data[o + 1] = rgb[1];
@@ -1011,6 +1017,7 @@
   function renderThumbs() {
     const box = $("#thumbs");
     box.replaceChildren();
+    box.style.setProperty("--heads", model.heads);
     box.append(el("div", { cls: "thumb-label" }, ""));
     for (let h = 0; h < model.heads; h += 1) box.append(el("div", { cls: "thumb-label" }, `h${h}`));
     for (let l = 0; l < model.layers; l += 1) {
@@ -1022,7 +1029,7 @@
           "aria-pressed": String(picked), "aria-label": `layer ${l}, head ${h}`,
           "data-testid": `thumb-${l}-${h}`, title: `layer ${l}, head ${h}`,
         });
-        drawMap(canvas, model.weights[l][h]);
+        drawMap(canvas, model.weights[l][h], model.allowed && model.allowed[l][h]);
         const pick = () => {
           state.layer = l;
           state.head = h;
@@ -1075,20 +1082,29 @@
       colBand.dataset.index = j;
       $$(".tok-label", map).forEach((t) => t.classList.toggle("hot",
         Number(t.dataset.index) === (t.dataset.axis === "row" ? i : j)));
-      $("#hover-info").textContent = `“${tokens[i]}” → “${tokens[j]}”: weight ` +
-        `${fmt(weights[i][j])}`;
+      $("#hover-info").textContent = `“${tokens[i]}” → “${tokens[j]}”: ` +
+        (allowedAt(state.layer, state.head, i, j) ? `weight ${fmt(weights[i][j])}`
+          : "masked (may not attend)");
       $("#hover-info").dataset.value = weights[i][j];
     };
     weights.forEach((row, i) => row.forEach((w, j) => {
+      const ok = allowedAt(state.layer, state.head, i, j);
       const rect = svg("rect", { x: margin + j * cell, y: margin + i * cell, width: cell,
-        height: cell, cls: "hcell", "data-testid": `heat-cell-${i}-${j}`, "data-value": w });
-      rect.style.fill = heat(w);
+        height: cell, cls: ok ? "hcell" : "hcell masked", "data-testid": `heat-cell-${i}-${j}`,
+        "data-value": w, "data-allowed": ok ? "1" : "0" });
+      rect.style.fill = ok ? heat(w) : COLORS.masked;
       const tip = svg("title");
-      tip.textContent = `“${tokens[i]}” → “${tokens[j]}”: ${fmt(w)}`;
+      tip.textContent = `“${tokens[i]}” → “${tokens[j]}”: ${ok ? fmt(w) : "masked"}`;
       rect.append(tip);
       rect.addEventListener("mouseenter", () => show(i, j));
       rect.addEventListener("click", () => pickToken(i));
       map.append(rect);
+      if (!ok && cell >= 10) { // the mark, so "masked" never reads as "weight 0"
+        const mark = svg("text", { x: margin + j * cell + cell / 2, y: margin + i * cell + cell * 0.72,
+          cls: "mask-mark", "text-anchor": "middle", "aria-hidden": "true" });
+        mark.textContent = COLORS.masked_mark;
+        map.append(mark);
+      }
     }));
     tokens.forEach((tok, i) => {
       const top = weights[i].map((w, j) => [w, j]).sort((a, b) => b[0] - a[0]).slice(0, 3)
@@ -1146,13 +1162,14 @@
     const maxAbs = Math.max(...q.map(Math.abs), ...t.k.flat().map(Math.abs));
     const maxProd = Math.max(...data.products.flat().map(Math.abs));
     const table = el("table", { cls: "neuron" }, [el("tr", {}, [
-      el("th", {}, "key token"), el("th", {}, "k_j (32 dims)"), el("th", {}, "q ∘ k_j"),
+      el("th", {}, "key token"), el("th", {}, `k_j (${q.length} dims)`), el("th", {}, "q ∘ k_j"),
       el("th", {}, "q · k_j"), el("th", {}, `× ${fmt(t.scale)}`), el("th", {}, "weight"),
       el("th", {}, "v_j"),
     ])]);
     const maxV = Math.max(...t.v.flat().map(Math.abs), ...t.output[0].map(Math.abs));
     tokens.forEach((tok, j) => {
       const w = t.weights[0][j];
+      const ok = !t.allowed || t.allowed[0][j];
       const bar = el("div", { cls: "bar" });
       bar.style.width = `${(100 * w).toFixed(2)}%`;
       table.append(el("tr", {}, [
@@ -1162,9 +1179,10 @@
         el("td", { "data-testid": `neuron-score-${j}`, "data-value": t.scores[0][j] },
           fmt(t.scores[0][j], 3)),
         el("td", { "data-testid": `neuron-scaled-${j}`, "data-value": t.scaled[0][j] },
-          fmt(t.scaled[0][j], 3)),
+          ok ? fmt(t.scaled[0][j], 3) : COLORS.masked_mark),
         el("td", { cls: "wcell" }, [el("div", { cls: "bar-track" }, [bar]),
-          el("span", { "data-testid": `neuron-weight-${j}`, "data-value": w }, fmt(w))]),
+          el("span", { "data-testid": `neuron-weight-${j}`, "data-value": w,
+            "data-allowed": ok ? "1" : "0" }, ok ? fmt(w) : `${COLORS.masked_mark} masked`)]),
         el("td", {}, strip(t.v[j], maxV, `neuron-v-${j}`)),
       ]));
     });
