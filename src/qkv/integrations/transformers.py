@@ -52,7 +52,8 @@ try:
 except ImportError as e:  # a missing package, or a transformers older than 4.53
     raise ImportError(
         f"qkv.integrations.transformers needs transformers>=4.53 and torch ({e}): "
-        f"{install_hint('hf')}; torch comes with your transformers setup") from e
+        f"{install_hint('hf')}, and torch, which transformers' models run on: "
+        "pip install torch==2.13.0 (the version qkv is tested with)") from e
 
 __all__ = ["NAME", "Call", "Capture", "Recorder", "allowed_pairs", "attention_forward", "capture",
            "record", "register", "translate_mask"]
