@@ -417,6 +417,15 @@ def _netns_env() -> dict:
         [str(HERE.parent / "src"), os.environ.get("PYTHONPATH", "")]))
 
 
+def _run_in_hosts(hosts, size: int, args: list[str]) -> subprocess.CompletedProcess:
+    """mpirun of ``python *args`` with one rank per host; a hang fails with what it printed."""
+    try:
+        return subprocess.run(hosts.mpirun(size, [sys.executable, *args]), capture_output=True,
+                              text=True, timeout=60, env=_netns_env(), cwd=HERE.parent)
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"mpirun on {size} hosts still ran after 60 s:\n{exc.stdout}\n{exc.stderr}")
+
+
 def _check_netns_report(run: subprocess.CompletedProcess, size: int, n_cases: int) -> dict:
     lines = [ln for ln in run.stdout.splitlines() if ln.startswith("RESULT ")]
     assert run.returncode == 0 and lines, run.stdout + run.stderr
@@ -443,10 +452,8 @@ def test_ring_over_tcp_between_network_namespaces():
     input on one rank still raises the same error on every rank."""
     hosts_cls = _hosts_or_skip()
     with hosts_cls(2) as hosts:
-        run = subprocess.run(hosts.mpirun(2, [sys.executable, str(HERE / "mpi_cases.py"),
-                                              "causal,documents_causal,gqa_causal"]),
-                             capture_output=True, text=True, timeout=120, env=_netns_env(),
-                             cwd=HERE.parent)
+        run = _run_in_hosts(hosts, 2, [str(HERE / "mpi_cases.py"),
+                                       "causal,documents_causal,gqa_causal"])
     _check_netns_report(run, 2, 6)
 
 
@@ -459,10 +466,7 @@ def test_ring_over_tcp_on_three_and_four_hosts(size):
     query blocks with MPI_Test between them.)"""
     hosts_cls = _hosts_or_skip()
     with hosts_cls(size) as hosts:
-        run = subprocess.run(hosts.mpirun(size, [sys.executable, str(HERE / "mpi_cases.py"),
-                                                 "causal"]),
-                             capture_output=True, text=True, timeout=120, env=_netns_env(),
-                             cwd=HERE.parent)
+        run = _run_in_hosts(hosts, size, [str(HERE / "mpi_cases.py"), "causal"])
     rep = _check_netns_report(run, size, 2)
     for rank, res in enumerate(rep["cases"]["causal/contiguous"]):  # the ring really went round
         assert sorted(res["computed"]) == list(range(rank + 1))
