@@ -9,7 +9,9 @@ Each of P ranks holds a shard of the queries and a shard of the keys and values 
                       a partial (out_t, lse_t) normalised within that shard, merges it exactly
                           lse = logaddexp(lse, lse_t)
                           out = out · exp(lse_old − lse) + out_t · exp(lse_t − lse)
-                      and only then waits for the transfer, which has run during the compute.
+                      and only then waits for the transfer, which has run during the compute
+                      (the compute goes in blocks of queries with an MPI_Test between them,
+                      as over TCP a message moves only inside MPI calls: ``_blocks``).
 
 Masks and biases are evaluated at *global* positions (``qkv.engine.prepare(..., positions=)``),
 so causal, window, prefix, padding and documents masks mean what they mean on the full arrays.
