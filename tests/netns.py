@@ -57,9 +57,13 @@ def unavailable() -> str | None:
 class Hosts:
     """``n`` namespaces on a bridge; a context manager that tears everything down."""
 
+    _made = 0  # instances so far in this process
+
     def __init__(self, n: int = 2, rate: str | None = None):
         self.n, self.rate = n, rate
-        ident = os.getpid() % 100000
+        # a fresh name per instance: one process never reuses a just-deleted bridge or veth name
+        Hosts._made += 1
+        ident = (os.getpid() % 10000) * 10 + Hosts._made % 10
         self.prefix = f"qkv{ident}"  # interface names ≤ 15 characters
         self.subnet = f"10.231.{ident % 250}"
         self.names = [f"{self.prefix}h{i}" for i in range(1, n + 1)]
