@@ -204,9 +204,9 @@ def _blocks(p: Problem, ch: _channel.Channel) -> list[tuple[int, int]]:
     only while the ranks are inside MPI calls, so a step computed in one piece left its transfer
     stalled until the wait — ranks waited a whole transfer or more even when the compute took
     3× as long; with the blocks, 0.1 ms (docs/distributed.md, "Transfers that progress during
-    the compute"). Query rows are independent, so the
-    blocks change no result; a block is whole query tiles, one per worker thread, so the engine
-    tiles and threads each block as it would the whole step.
+    the compute"). Query rows are independent, so the blocks change no result; a block is
+    whole query tiles, one per worker thread, so the engine tiles and threads each block as it
+    would the whole step.
     """
     if not ch.pending:  # nothing in flight (the last step): one piece
         return [(0, p.nq)]
