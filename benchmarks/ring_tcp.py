@@ -7,12 +7,16 @@ links shaped to ``--rate`` with tc tbf), and for each N times, on every rank,
 
 * ``T``: one step's transfer alone (a kv shard of 8·c·D bytes, c = N/2, exchanged both ways
   around the ring with nothing else to do),
-* ``C`` and ``W``: one ring forward's compute and wait per step (causal, zigzag; the best of
-  3 runs after a warm-up),
+* ``C``: one ring forward's compute per step (causal, zigzag; the run with the shortest wall
+  time of 3, after a warm-up),
+* ``W``: its wait per transfer (the P − 1 steps that receive a shard; the last step sends
+  nothing),
 
-and prints them beside the model of docs/distributed.md: the transfer hides once C ≥ T, i.e.
+and prints them beside the model of docs/distributed.md: with transfers progressing during the
+compute a rank waits max(0, T − C) per transfer, so the transfer hides once C ≥ T, i.e.
 c ≥ 4·F/B for a causal zigzag step (F = the rank's measured flop rate, B = the link's measured
-bandwidth). Results: docs/distributed.md, "Across hosts, tested on one machine".
+bandwidth). W also holds any wait for a neighbour that computed more slowly (the cores are
+shared). Results: docs/distributed.md, "Across hosts, tested on one machine".
 """
 
 from __future__ import annotations
@@ -100,18 +104,20 @@ def main() -> int:
         print(run.stdout, run.stderr, file=sys.stderr)
         return 1
     print(f"2 ranks in 2 network namespaces, TCP only, links {args.rate}; causal zigzag, "
-          f"D={args.dim}, float32; per ring step (2 steps), slowest rank")
-    print("     N      c   shard_KB   T_ms   C_ms   W_ms   F_GFLOP/s  B_MB/s  C≥T  model c*=4F/B")
+          f"D={args.dim}, float32; per step (C) and transfer (T, W), the rank that waited most")
+    print("     N      c   shard_KB   T_ms   C_ms   W_ms  max(0,T-C)  F_GFLOP/s  B_MB/s  C≥T  "
+          "c*=4F/B")
     for row in rows:
         c, d = row["c"], row["dim"]
         r = max(row["ranks"], key=lambda x: x["wait_s"])
         steps = r["steps"]
-        t, cm, w = r["transfer_s"], r["compute_s"] / steps, r["wait_s"] / steps
+        t, cm, w = r["transfer_s"], r["compute_s"] / steps, r["wait_s"] / (steps - 1)
         flops = 2 * c * c * d  # a causal zigzag step: half of 4·c²·D
         f = flops / cm
         b = 8 * c * d / t
         print(f"{row['n']:6d} {c:6d} {8 * c * d / 1024:9.0f} {1e3 * t:6.2f} {1e3 * cm:6.2f} "
-              f"{1e3 * w:6.2f} {f / 1e9:10.1f} {b / 1e6:7.1f}  {'yes' if cm >= t else 'no ':3s} "
+              f"{1e3 * w:6.2f} {1e3 * max(0.0, t - cm):11.2f} {f / 1e9:10.1f} {b / 1e6:7.1f}  "
+              f"{'yes' if cm >= t else 'no ':3s} "
               f"{4 * f / b:8.0f}")
     return 0
 

@@ -5,7 +5,8 @@
 Rank 0 prints ``OUTCOME <case> <rank> <json>`` for every rank: what its call did (the error
 it raised, and whether a later ring call on the same communicator still gives the right
 answer). ``kill`` and ``stop`` never print: rank 1 SIGKILLs / SIGSTOPs itself in the middle
-of the ring, and the test measures how long the job takes to end.
+of the ring, and the test measures how long the job takes to end. ``cut`` (ranks in network
+namespaces, tests/netns.py) pauses rank 1 mid-ring for 3 s while the test takes its link down.
 """
 
 from __future__ import annotations
@@ -70,6 +71,12 @@ def main(case: str) -> None:
             return j <= i
         return rule
 
+    def hold(i, j):  # causal; rank 1 pauses mid-ring so that the test can cut its link
+        if RANK == 1 and (i == RANK1_ROW).any():
+            print("rank 1 is mid-ring: cut its link now", file=sys.stderr, flush=True)
+            time.sleep(3)
+        return j <= i
+
     calls = {
         "raise": lambda: ring_attention(qs, ks, vs, mask=qkv.predicate(rule)),
         "raise_backward": lambda: ring_attention_backward(
@@ -83,6 +90,7 @@ def main(case: str) -> None:
         "kill": lambda: ring_attention(qs, ks, vs, mask=qkv.predicate(suicide(signal.SIGKILL))),
         "stop": lambda: ring_attention(qs, ks, vs, mask=qkv.predicate(suicide(signal.SIGSTOP)),
                                        timeout=5),
+        "cut": lambda: ring_attention(qs, ks, vs, mask=qkv.predicate(hold), timeout=5),
     }
     res = outcome(calls[case])
     res["still_works"] = still_works()

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 from pathlib import Path
@@ -26,6 +27,12 @@ AGENT = """#!/bin/sh
 host=$1; shift
 exec ip netns exec "$host" sh -c "$*"
 """
+
+
+# mpirun notices a daemon behind a cut link only through TCP keepalive on its control
+# connection: 300 s + 9 × 20 s by default. Probing after 3 s idle, every 1 s, 3 times bounds it.
+KEEPALIVE = ["--mca", "oob_tcp_keepalive_time", "3", "--mca", "oob_tcp_keepalive_intvl", "1",
+             "--mca", "oob_tcp_keepalive_probes", "3"]
 
 
 def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -50,9 +57,13 @@ def unavailable() -> str | None:
 class Hosts:
     """``n`` namespaces on a bridge; a context manager that tears everything down."""
 
+    _made = 0  # instances so far in this process
+
     def __init__(self, n: int = 2, rate: str | None = None):
         self.n, self.rate = n, rate
-        ident = os.getpid() % 100000
+        # a fresh name per instance: one process never reuses a just-deleted bridge or veth name
+        Hosts._made += 1
+        ident = (os.getpid() % 10000) * 10 + Hosts._made % 10
         self.prefix = f"qkv{ident}"  # interface names ≤ 15 characters
         self.subnet = f"10.231.{ident % 250}"
         self.names = [f"{self.prefix}h{i}" for i in range(1, n + 1)]
@@ -92,7 +103,18 @@ class Hosts:
         agent.chmod(0o755)
         (self.dir / "hostfile").write_text("".join(f"{h} slots=8\n" for h in self.names))
 
+    def cut(self, host: int) -> None:
+        """Take host ``host``'s link down (0-based; rank r runs on host r): a cable pulled."""
+        _ip("-n", self.names[host], "link", "set", f"{self.prefix}p{host + 1}", "down")
+
     def __exit__(self, *exc) -> None:
+        for ns in self.names:  # what still runs in a namespace (e.g. behind a cut link): end it
+            pids = _ip("netns", "pids", ns, check=False).stdout.split()
+            for pid in pids:
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                except (ProcessLookupError, ValueError):
+                    pass
         for i, ns in enumerate(self.names, start=1):
             _ip("netns", "del", ns, check=False)  # takes its veth ends with it
             _ip("link", "del", f"{self.prefix}v{i}", check=False)
@@ -108,6 +130,7 @@ class Hosts:
                "--mca", "plm_rsh_no_tree_spawn", "1",
                "--mca", "btl", "tcp,self", "--mca", "btl_tcp_if_include", net,
                "--mca", "oob_tcp_if_include", net,
+               *KEEPALIVE,
                "-x", "PYTHONPATH", "-x", "QKV_NUM_THREADS=1", "-x", "OMP_NUM_THREADS=1"]
         if os.geteuid() == 0:
             cmd.append("--allow-run-as-root")

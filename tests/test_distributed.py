@@ -400,11 +400,8 @@ def test_ring_layer_shares_parameters_and_refuses_what_it_cannot_do():
 # --------------------------------------------------------------------------------------------
 # Across hosts on one machine: 2 network namespaces, TCP only (tests/netns.py)
 # --------------------------------------------------------------------------------------------
-@pytest.mark.slow
-def test_ring_over_tcp_between_network_namespaces():
-    """Each rank in its own network namespace (a "host"), shared memory off, TCP over a private
-    bridge: forward and backward equal the engine and the exact result, both layouts, and bad
-    input on one rank still raises the same error on every rank."""
+def _hosts_or_skip():
+    """tests/netns.py's Hosts, or a skip saying why namespaces cannot be made here."""
     from netns import Hosts, unavailable
 
     if shutil.which("mpirun") is None:
@@ -412,23 +409,107 @@ def test_ring_over_tcp_between_network_namespaces():
     why = unavailable()
     if why:
         pytest.skip(why)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+    return Hosts
+
+
+def _netns_env() -> dict:
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(
         [str(HERE.parent / "src"), os.environ.get("PYTHONPATH", "")]))
-    with Hosts(2) as hosts:
-        run = subprocess.run(hosts.mpirun(2, [sys.executable, str(HERE / "mpi_cases.py"),
-                                              "causal,documents_causal,gqa_causal"]),
-                             capture_output=True, text=True, timeout=120, env=env,
-                             cwd=HERE.parent)
+
+
+def _run_in_hosts(hosts, size: int, args: list[str]) -> subprocess.CompletedProcess:
+    """mpirun of ``python *args`` with one rank per host; a hang fails with what it printed."""
+    try:
+        return subprocess.run(hosts.mpirun(size, [sys.executable, *args]), capture_output=True,
+                              text=True, timeout=60, env=_netns_env(), cwd=HERE.parent)
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"mpirun on {size} hosts still ran after 60 s:\n{exc.stdout}\n{exc.stderr}")
+
+
+def _check_netns_report(run: subprocess.CompletedProcess, size: int, n_cases: int) -> dict:
     lines = [ln for ln in run.stdout.splitlines() if ln.startswith("RESULT ")]
     assert run.returncode == 0 and lines, run.stdout + run.stderr
     rep = json.loads(lines[-1][len("RESULT "):])
-    assert len(rep["cases"]) == 6
+    assert rep["size"] == size and len(rep["cases"]) == n_cases
     for name, ranks in rep["cases"].items():
+        assert len(ranks) == size
         for rank, res in enumerate(ranks):
             assert "exception" not in res, (name, rank, res.get("exception"))
-            for key, value in res.items():
-                if key.endswith(("_vs_engine", "_vs_exact")):
-                    assert value[1] <= 1, (name, rank, key, value)
+            checked = [k for k in res if k.endswith(("_vs_engine", "_vs_exact"))]
+            assert len(checked) == 9, (name, rank, checked)  # out, lse, dq, dk, dv
+            for key in checked:
+                assert res[key][1] <= 1, (name, rank, key, res[key])
     for errors in rep["errors"]:
         assert errors["wrong_length"].startswith("ValueError: k shards have lengths")
         assert errors["wrong_dtype"].startswith("TypeError: dtypes differ across ranks")
+    return rep
+
+
+@pytest.mark.slow
+def test_ring_over_tcp_between_network_namespaces():
+    """Each rank in its own network namespace (a "host"), shared memory off, TCP over a private
+    bridge: forward and backward equal the engine and the exact result, both layouts, and bad
+    input on one rank still raises the same error on every rank."""
+    hosts_cls = _hosts_or_skip()
+    with hosts_cls(2) as hosts:
+        run = _run_in_hosts(hosts, 2, [str(HERE / "mpi_cases.py"),
+                                       "causal,documents_causal,gqa_causal"])
+    _check_netns_report(run, 2, 6)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("size", [3, 4])
+def test_ring_over_tcp_on_three_and_four_hosts(size):
+    """3 and 4 namespaces, one rank each (every hop of the ring crosses TCP): causal forward
+    and backward, zigzag and contiguous, equal the engine and the exact result on every rank.
+    (mpi_cases runs the tiled kernel with 8-row tiles, so every step is computed in several
+    query blocks with MPI_Test between them.)"""
+    hosts_cls = _hosts_or_skip()
+    with hosts_cls(size) as hosts:
+        run = _run_in_hosts(hosts, size, [str(HERE / "mpi_cases.py"), "causal"])
+    rep = _check_netns_report(run, size, 2)
+    for rank, res in enumerate(rep["cases"]["causal/contiguous"]):  # the ring really went round
+        assert sorted(res["computed"]) == list(range(rank + 1))
+    for res in rep["cases"]["causal/zigzag"]:
+        assert sorted(res["computed"]) == list(range(size))
+
+
+@pytest.mark.slow
+def test_cut_link_mid_ring_ends_the_job():
+    """Rank 1's link taken down (``ip link set … down``) while the ring runs (2 hosts, 1200 ×
+    64 zigzag, rank 1 paused mid-step): the job ends within 30 s with a non-zero exit code and a
+    message saying a host was lost; no rank prints a result. mpirun notices through its TCP
+    keepalive (tests/netns.py, KEEPALIVE), or a rank's ring deadline (timeout=5) fires first."""
+    import threading
+    import time
+
+    hosts_cls = _hosts_or_skip()
+    with hosts_cls(2) as hosts:
+        proc = subprocess.Popen(hosts.mpirun(2, [sys.executable, str(HERE / "mpi_faults.py"),
+                                                 "cut"]),
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                env=_netns_env(), cwd=HERE.parent)
+        cut, lines = [], []
+
+        def read():
+            for line in proc.stdout:
+                lines.append(line)
+                if "cut its link now" in line and not cut:
+                    hosts.cut(1)
+                    cut.append(time.monotonic())
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        try:
+            proc.wait(timeout=90)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            pytest.fail("the job still ran 90 s after launch:\n" + "".join(lines))
+        ended = time.monotonic()
+        reader.join(5)
+    out = "".join(lines)
+    assert cut, out
+    assert proc.returncode != 0 and ended - cut[0] <= 30, (proc.returncode, ended - cut[0], out)
+    assert ("ORTE has lost communication with a remote daemon" in out
+            or "waited past its deadline" in out), out
+    assert "OUTCOME" not in out  # no rank went on to report a result

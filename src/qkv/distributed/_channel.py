@@ -202,6 +202,16 @@ class Channel:
         self.pending.append((req, buf))
         return req
 
+    def progress(self) -> None:
+        """Let MPI move this call's pending transfers, without waiting (an ``MPI_Testall``).
+
+        Over TCP, OpenMPI moves a large message (rendezvous: handshake, then fragments through
+        the socket buffers) only while the process is inside an MPI call, so the ring calls
+        this between blocks of its compute (ring.py, ``_blocks``).
+        """
+        if self.pending:
+            self.MPI.Request.Testall([r for r, _ in self.pending])
+
     def _heard_abort(self) -> bool:
         if self.aborted is None and self.abort_req.Test():
             self.aborted = _decode(self.abort_buf)

@@ -9,7 +9,9 @@ Each of P ranks holds a shard of the queries and a shard of the keys and values 
                       a partial (out_t, lse_t) normalised within that shard, merges it exactly
                           lse = logaddexp(lse, lse_t)
                           out = out · exp(lse_old − lse) + out_t · exp(lse_t − lse)
-                      and only then waits for the transfer, which has run during the compute.
+                      and only then waits for the transfer, which has run during the compute
+                      (the compute goes in blocks of queries with an MPI_Test between them,
+                      as over TCP a message moves only inside MPI calls: ``_blocks``).
 
 Masks and biases are evaluated at *global* positions (``qkv.engine.prepare(..., positions=)``),
 so causal, window, prefix, padding and documents masks mean what they mean on the full arrays.
@@ -34,7 +36,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from .. import engine
-from ..engine import Problem, as_array, check_like, merge, prepare, unbroadcast
+from ..engine import Problem, as_array, check_like, kernel_config, merge, prepare, unbroadcast
 from . import _channel
 from ._channel import RingError
 from ._mpi import communicator, mpi
@@ -194,6 +196,30 @@ def _setup(q, k, v, mask, bias, scale, comm, layout, check_finite, stats, timeou
 # --------------------------------------------------------------------------------------------
 # The ring
 # --------------------------------------------------------------------------------------------
+def _blocks(p: Problem, ch: _channel.Channel) -> list[tuple[int, int]]:
+    """Query row ranges ``[(q0, q1), ...]`` to compute one ring step in.
+
+    While a transfer is in flight the step is computed in blocks of queries with
+    ``ch.progress()`` (an MPI_Test) between them. Why: over TCP, OpenMPI moves a large message
+    only while the ranks are inside MPI calls, so a step computed in one piece left its transfer
+    stalled until the wait — ranks waited a whole transfer or more even when the compute took
+    3× as long; with the blocks, 0.1 ms (docs/distributed.md, "Transfers that progress during
+    the compute"). Query rows are independent, so the blocks change no result; a block is
+    whole query tiles, one per worker thread, so the engine tiles and threads each block as it
+    would the whole step.
+    """
+    if not ch.pending:  # nothing in flight (the last step): one piece
+        return [(0, p.nq)]
+    with kernel_config() as cfg:
+        rows = cfg.tile_q * cfg.num_workers(float("inf"))
+    return [(q0, min(q0 + rows, p.nq)) for q0 in range(0, p.nq, rows)]
+
+
+def _rows(p: Problem, q0: int, q1: int) -> Problem:
+    """The problem of query rows q0:q1 only (their global positions go with them)."""
+    return replace(p, q=p.q[..., q0:q1, :], q_pos=p.q_pos[q0:q1])
+
+
 def _travel(ring: _Ring, k: np.ndarray, v: np.ndarray, stats: dict, progress=None):
     """Yield ``(src, k_src, v_src)`` for t = 0 … P−1 while the next shard is in flight.
 
@@ -287,8 +313,12 @@ def ring_attention(q, k, v, mask=None, bias=None, scale=None, comm=None, layout=
                 stats["skipped"].append(src)
                 continue
             started = time.perf_counter()
-            out_t, lse_t = engine.forward(part)  # normalised within this kv shard
-            merge(out, lse, out_t, lse_t)
+            for q0, q1 in _blocks(part, ring.channel):
+                block = _rows(part, q0, q1)
+                if engine.has_work(block):
+                    out_t, lse_t = engine.forward(block)  # normalised within this kv shard
+                    merge(out[..., q0:q1, :], lse[..., q0:q1], out_t, lse_t)
+                ring.channel.progress()  # let the next shard move (see _blocks)
             ring.channel.computed(time.perf_counter() - started)
             stats["compute_s"] += time.perf_counter() - started
             stats["computed"].append(src)
@@ -352,8 +382,20 @@ def ring_attention_backward(q, k, v, out, lse, dout, mask=None, bias=None, scale
             contribution = None
             if engine.has_work(part):
                 started = time.perf_counter()
-                dq_t, dk_t, dv_t = engine.backward(part, held["out"], held["lse"], held["dout"])
-                dq += dq_t
+                dk_t = dv_t = None
+                for q0, q1 in _blocks(part, ch):
+                    block = _rows(part, q0, q1)
+                    if engine.has_work(block):
+                        dq_b, dk_b, dv_b = engine.backward(
+                            block, held["out"][..., q0:q1, :], held["lse"][..., q0:q1],
+                            held["dout"][..., q0:q1, :])
+                        dq[:, :, q0:q1] += dq_b
+                        if dk_t is None:
+                            dk_t, dv_t = dk_b, dv_b
+                        else:
+                            dk_t += dk_b
+                            dv_t += dv_b
+                    ch.progress()  # let the shard and accumulator in flight move (see _blocks)
                 contribution = [unbroadcast(g.reshape(*p.batch_shape, *g.shape[-3:]), shape,
                                             p.two_d)
                                 for g, shape in ((dk_t, ring.k_shapes[src]),
