@@ -131,10 +131,14 @@ class Hosts:
                "--mca", "btl", "tcp,self", "--mca", "btl_tcp_if_include", net,
                "--mca", "oob_tcp_if_include", net,
                *KEEPALIVE,
-               # Daemons stay children of their launch agent instead of daemonizing: a daemon
-               # that dies before calling back is then an exit mpirun sees. Daemonized, such a
-               # daemon left mpirun waiting forever in 2 of ~21 runs under load (one host's
-               # namespace empty, the other's daemon idle); attached, 0 of 55.
+               # A daemon started inside a namespace sometimes segfaulted in hwloc while
+               # writing the node's topology into a shared-memory "VM hole"
+               # (hwloc_shmem_topology_write, from mca_rtc_hwloc); the ranks do not need that
+               # shared copy, so no hole is used.
+               "--mca", "rtc_hwloc_vmhole", "none",
+               # Daemons stay children of their launch agent instead of daemonizing, so a
+               # daemon that dies at launch is an exit mpirun reports. Daemonized, the crash
+               # above left mpirun waiting forever for it.
                "--leave-session-attached",
                "-x", "PYTHONPATH", "-x", "QKV_NUM_THREADS=1", "-x", "OMP_NUM_THREADS=1"]
         if os.geteuid() == 0:

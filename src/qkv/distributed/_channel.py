@@ -125,8 +125,10 @@ def _poll(done, deadline: float, comm, what: str) -> None:
     while not done():
         if time.monotonic() > deadline:
             rank = comm.Get_rank()
-            print(f"qkv.distributed: rank {rank} waited past its deadline for {what}: that "
-                  f"rank is dead, stopped or cut off. Aborting the job (QKV_RING_TIMEOUT / "
+            # A wait on one rank names it; a collective cannot tell which rank is missing.
+            who = "that rank is" if "from rank" in what else "one of them is"
+            print(f"qkv.distributed: rank {rank} waited past its deadline for {what}: {who} "
+                  f"dead, stopped or cut off. Aborting the job (QKV_RING_TIMEOUT / "
                   f"timeout= sets the deadline).", file=sys.stderr, flush=True)
             comm.Abort(14)
         time.sleep(pause)
