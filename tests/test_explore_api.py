@@ -395,6 +395,7 @@ def test_model_attentions_are_minilms(client, minilm):
 def test_neuron_view_is_qkv_explain_of_the_heads_inputs(client, minilm):
     req = {"sentence": SENTENCE, "layer": 3, "head": 7, "token": 2}
     body = client.post("/api/model/neuron", json=req).json()
+    assert body["kv_head"] == 7  # no GQA in MiniLM: each query head has its own k and v
     tokens, q, k, v = minilm.head_inputs(SENTENCE, 3)
     expect = explained(np.asarray(q[7, [2]], np.float64), np.asarray(k[7], np.float64),
                        np.asarray(v[7], np.float64))

@@ -78,4 +78,6 @@ def test_causal_heads_are_drawn_masked(page, folder):
         value, text = weights[f"neuron-weight-{j}"]
         assert value == trace.weights[0, j]
         assert (text == "× masked") == (j > 3)
+    title = page.get_by_test_id("neuron-title").text_content()  # GQA 4/2: kv head 3 // 2
+    assert "k[1], v[1]" in title and "query head 3 reads kv head 1" in title, title
     shot(page, "model-causal.png")

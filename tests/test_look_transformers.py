@@ -387,6 +387,7 @@ def test_explore_serves_the_folders_heads(folders, oracles):
                                                              "head": 2, "token": 6},
                             timeout=120).json()
         trace = neuron["trace"]
+        assert (neuron["head"], neuron["kv_head"]) == (2, 1)  # GQA 4/2: head 2 reads kv head 1
         assert np.abs(np.array(trace["weights"][0]) - e64[1, 2, 6]).max() <= bounds[1]
         assert trace["allowed"][0] == [j <= 6 for j in range(12)]
         bad = httpx.post(url + "api/model/neuron", json={"sentence": SENTENCE, "layer": 2},

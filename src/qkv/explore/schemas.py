@@ -246,6 +246,8 @@ class NeuronResponse(BaseModel):
     tokens: list[str]
     layer: int
     head: int
+    kv_head: int = Field(description="the key/value head this query head reads (GQA: head // "
+                         "query heads per kv head; = head without GQA)")
     token: int
     trace: dict
     products: list = Field(description="q ∘ k_j elementwise, (n, d): each row sums to score j")

@@ -1196,7 +1196,10 @@
     $("#neuron").replaceChildren(
       el("h3", { "data-testid": "neuron-title" },
         `neuron view: “${tokens[data.token]}” (token ${data.token}) in layer ${data.layer}, ` +
-        `head ${data.head} — qkv.explain(q[h, [i]], k[h], v[h])`),
+        `head ${data.head} — ` + (data.kv_head === data.head
+          ? "qkv.explain(q[h, [i]], k[h], v[h])"
+          : `qkv.explain(q[${data.head}, [i]], k[${data.kv_head}], v[${data.kv_head}]): ` +
+            `grouped-query attention, query head ${data.head} reads kv head ${data.kv_head}`)),
       el("div", { cls: "row" }, [el("span", { cls: "tag query" }, "q"),
         strip(q, maxAbs, "neuron-q")]),
       el("div", { cls: "scroll" }, [table]),
