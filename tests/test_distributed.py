@@ -310,26 +310,24 @@ def test_bad_argument_on_one_rank_raises_the_same_on_every_rank(case, message):
     assert r0["still_works"] and r1["still_works"]
 
 
-def _timed_death(case: str) -> tuple[int, float, str]:
-    """Launch the case; seconds from rank 1's signal to the job's end, exit code, stderr."""
+def _watch_job(cmd: list[str], env: dict, marker: str, on_marker=None) -> tuple[int, float, str]:
+    """Run an MPI job, reading its output; on the first line holding ``marker`` call
+    ``on_marker()``. Returns the exit code, seconds from the marker to the job's end, and the
+    output. A job still running 90 s after launch fails the test with what it printed."""
     import threading
     import time
 
-    if shutil.which("mpirun") is None:
-        pytest.skip("mpirun not found: apt-get install openmpi-bin libopenmpi-dev")
-    cmd = ["mpirun", "-n", "2", "--oversubscribe"] + (["--allow-run-as-root"]
-                                                      if os.geteuid() == 0 else [])
-    env = dict(os.environ, QKV_NUM_THREADS="1", OMP_NUM_THREADS="1")
-    proc = subprocess.Popen([*cmd, sys.executable, str(HERE / "mpi_faults.py"), case],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                            cwd=HERE.parent)
-    signalled, lines = [], []
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=env, cwd=HERE.parent)
+    seen, lines = [], []
 
     def read():
-        for line in proc.stderr:
+        for line in proc.stdout:
             lines.append(line)
-            if "mid-ring" in line and not signalled:
-                signalled.append(time.monotonic())
+            if marker in line and not seen:
+                if on_marker is not None:
+                    on_marker()
+                seen.append(time.monotonic())
 
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
@@ -337,11 +335,22 @@ def _timed_death(case: str) -> tuple[int, float, str]:
         proc.wait(timeout=90)
     except subprocess.TimeoutExpired:
         proc.kill()
-        pytest.fail(f"{case}: the job still ran 90 s after launch:\n{''.join(lines)}")
+        pytest.fail(f"the job still ran 90 s after launch:\n{''.join(lines)}")
     ended = time.monotonic()
     reader.join(5)
-    assert signalled, "".join(lines)
-    return proc.returncode, ended - signalled[0], "".join(lines)
+    assert seen, "".join(lines)
+    return proc.returncode, ended - seen[0], "".join(lines)
+
+
+def _timed_death(case: str) -> tuple[int, float, str]:
+    """Launch the case; exit code, seconds from rank 1's signal to the job's end, output."""
+    if shutil.which("mpirun") is None:
+        pytest.skip("mpirun not found: apt-get install openmpi-bin libopenmpi-dev")
+    cmd = ["mpirun", "-n", "2", "--oversubscribe"] + (["--allow-run-as-root"]
+                                                      if os.geteuid() == 0 else [])
+    env = dict(os.environ, QKV_NUM_THREADS="1", OMP_NUM_THREADS="1")
+    return _watch_job([*cmd, sys.executable, str(HERE / "mpi_faults.py"), case], env,
+                      "mid-ring")
 
 
 @pytest.mark.slow
@@ -486,36 +495,12 @@ def test_cut_link_mid_ring_ends_the_job():
     64 zigzag, rank 1 paused mid-step): the job ends within 30 s with a non-zero exit code and a
     message saying a host was lost; no rank prints a result. mpirun notices through its TCP
     keepalive (tests/netns.py, KEEPALIVE), or a rank's ring deadline (timeout=5) fires first."""
-    import threading
-    import time
-
     hosts_cls = _hosts_or_skip()
     with hosts_cls(2) as hosts:
-        proc = subprocess.Popen(hosts.mpirun(2, [sys.executable, str(HERE / "mpi_faults.py"),
-                                                 "cut"]),
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                env=_netns_env(), cwd=HERE.parent)
-        cut, lines = [], []
-
-        def read():
-            for line in proc.stdout:
-                lines.append(line)
-                if "cut its link now" in line and not cut:
-                    hosts.cut(1)
-                    cut.append(time.monotonic())
-
-        reader = threading.Thread(target=read, daemon=True)
-        reader.start()
-        try:
-            proc.wait(timeout=90)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            pytest.fail("the job still ran 90 s after launch:\n" + "".join(lines))
-        ended = time.monotonic()
-        reader.join(5)
-    out = "".join(lines)
-    assert cut, out
-    assert proc.returncode != 0 and ended - cut[0] <= 30, (proc.returncode, ended - cut[0], out)
+        code, seconds, out = _watch_job(
+            hosts.mpirun(2, [sys.executable, str(HERE / "mpi_faults.py"), "cut"]),
+            _netns_env(), "cut its link now", on_marker=lambda: hosts.cut(1))
+    assert code != 0 and seconds <= 30, (code, seconds, out)
     assert ("ORTE has lost communication with a remote daemon" in out
             or "waited past its deadline" in out), out
     assert "OUTCOME" not in out  # no rank went on to report a result

@@ -157,8 +157,7 @@ class ModelService:
                               lambda: model.head_inputs(sentence, layer))
         tokens, trace = model.head_trace(sentence, layer, head, token, inputs=inputs)
         products = trace.q[0][None, :] * trace.k  # (n, d): row j sums to trace.scores[0, j]
-        # GQA: query head h reads kv head h // (query heads per kv head); MiniLM has no GQA.
-        group = config.n_heads // getattr(config, "n_kv_heads", config.n_heads)
+        group = config.n_heads // config.n_kv_heads  # GQA: query head h reads kv head h // group
         return {"tokens": [str(t) for t in tokens], "layer": layer, "head": head,
                 "kv_head": head // group, "token": token, "trace": trace.to_dict(),
                 "products": products.tolist()}

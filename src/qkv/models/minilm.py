@@ -57,6 +57,11 @@ class MiniLMConfig:
     def d_head(self) -> int:
         return self.d_model // self.n_heads
 
+    @property
+    def n_kv_heads(self) -> int:
+        """Key/value heads: as many as query heads (BERT has no grouped-query attention)."""
+        return self.n_heads
+
 
 def _set(layer, **params: np.ndarray) -> None:
     """Replace a layer's initial parameters with loaded ones of exactly the same shape."""

@@ -255,6 +255,7 @@ class NeuronView:
         if len(keys) != k.shape[0]:
             raise ValueError(f"keys has {len(keys)} labels but the trace has {k.shape[0]} keys")
         self.trace, self.keys, self.query, self.title = trace, keys, query, title
+        self.q, self.k = q[0], k  # (Dk,), (Nk, Dk)
 
     def __rich_console__(self, console, options):
         yield self.group(plain(console), options.max_width)
@@ -268,9 +269,7 @@ class NeuronView:
         from rich.table import Table
         from rich.text import Text
 
-        trace, keys = self.trace, self.keys
-        q = np.asarray(trace.q, dtype=np.float64).reshape(-1, trace.q.shape[-1])[0]
-        k = np.asarray(trace.k, dtype=np.float64).reshape(-1, q.shape[0])
+        trace, keys, q, k = self.trace, self.keys, self.q, self.k
         scores = np.asarray(trace.scores).reshape(-1)
         scaled = np.asarray(trace.scaled).reshape(-1)
         weights = np.asarray(trace.weights).reshape(-1)

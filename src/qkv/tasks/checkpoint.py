@@ -293,6 +293,22 @@ def expect_shapes(shapes: Shapes, expected: dict[str, tuple[int, ...]], what: st
                                   f"needs {tuple(shape)}")
 
 
+def expect_tensors(tensors: dict[str, np.ndarray], expected: dict[str, np.ndarray]) -> None:
+    """``tensors`` must be exactly the names of ``expected``, each with its dtype and shape,
+    and free of NaN and infinity where floating point."""
+    extra = sorted(set(tensors) - set(expected))
+    if extra:
+        raise CheckpointError(f"unexpected tensors {extra[:3]}")
+    for name, want in expected.items():
+        got = tensors.get(name)
+        if got is None or got.shape != want.shape or got.dtype != want.dtype:
+            found = "missing" if got is None else f"{got.dtype}{got.shape}"
+            raise CheckpointError(f"tensor {name!r} is {found}, expected {want.dtype}"
+                                  f"{want.shape}")
+        if got.dtype.kind == "f" and not np.isfinite(got).all():
+            raise CheckpointError(f"tensor {name!r} holds NaN or infinity")
+
+
 def _one_line(exc: BaseException) -> str:
     text = " ".join(str(exc).split())
     return text or type(exc).__name__

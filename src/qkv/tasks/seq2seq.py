@@ -311,17 +311,9 @@ class Seq2SeqModel:
         tensors, meta = ckpt.load(path, check=check)
         with ckpt.reading(path):
             model = cls(ckpt.config_from(Seq2SeqConfig, meta["config"]), meta["kind"])
-            extra = sorted(set(tensors) - {f"model.{n}" for n in model.params})
-            if extra:
-                raise ckpt.CheckpointError(f"unexpected tensors {extra[:3]}")
+            ckpt.expect_tensors(tensors, {f"model.{n}": p for n, p in model.params.items()})
             for name, p in model.params.items():
-                saved = tensors.get(f"model.{name}")
-                if saved is None or saved.shape != p.shape or saved.dtype != p.dtype:
-                    raise ckpt.CheckpointError(f"parameter {name!r} missing or mismatched "
-                                               f"(expected {p.dtype}{p.shape})")
-                if not np.isfinite(saved).all():
-                    raise ckpt.CheckpointError(f"parameter {name!r} holds NaN or infinity")
-                p[...] = saved
+                p[...] = tensors[f"model.{name}"]
         model.metrics = meta.get("metrics", {})
         return model
 

@@ -69,17 +69,7 @@ class Run:
             run = cls.fresh(config)
             expected = {f"model.{n}": p for n, p in run.model.params.items()}
             expected.update({f"adam.{n}": a for n, a in run.opt.state_dict().items()})
-            extra = sorted(set(tensors) - set(expected))
-            if extra:
-                raise ckpt.CheckpointError(f"unexpected tensors {extra[:3]}")
-            for name, want in expected.items():
-                got = tensors.get(name)
-                if got is None or got.shape != want.shape or got.dtype != want.dtype:
-                    raise ckpt.CheckpointError(
-                        f"tensor {name!r} is {_describe(got)}, expected {want.dtype}"
-                        f"{want.shape}")
-                if got.dtype.kind == "f" and not np.isfinite(got).all():
-                    raise ckpt.CheckpointError(f"tensor {name!r} holds NaN or infinity")
+            ckpt.expect_tensors(tensors, expected)
             for name, p in run.model.params.items():
                 p[...] = tensors[f"model.{name}"]
             run.opt.load_state_dict({n[len("adam."):]: a for n, a in tensors.items()
@@ -179,10 +169,6 @@ def _check_header(meta: dict, shapes: ckpt.Shapes) -> None:
                                    "accuracy and top_weight_hit")
     if not isinstance(meta["rng"], dict):
         raise ckpt.CheckpointError("rng must be a generator state (a JSON object)")
-
-
-def _describe(a) -> str:
-    return "missing" if a is None else f"{a.dtype}{a.shape}"
 
 
 # -- the seeds' experiments: several models, the same batches, one runner ---------------------
