@@ -9,8 +9,8 @@ The engine (NumPy only):
     qkv.reference              the formula written literally in float64: the oracle
     qkv.merge                  combine partial results exactly through their lse
 
-Masks (True always means "may attend"): causal, window, prefix, padding, documents, allow, deny,
-predicate — composable with & | ~. Biases: dense arrays or alibi().
+Masks (True always means "may attend"): causal, window, prefix, padding, documents,
+packed_causal, allow, deny, predicate — composable with & | ~. Biases: dense arrays or alibi().
 
 The layers above the engine load on first use (PEP 562), so ``import qkv`` stays the engine:
 ``qkv.nn`` (layers, KV cache, training), ``qkv.models`` (MiniLM), ``qkv.tasks`` (experiments),
@@ -23,7 +23,17 @@ import sys
 from .engine import masks, reference
 from .engine.api import attention, attention_backward, attention_weights
 from .engine.bias import alibi, alibi_slopes, relative_position_buckets
-from .engine.masks import allow, causal, deny, documents, padding, predicate, prefix, window
+from .engine.masks import (
+    allow,
+    causal,
+    deny,
+    documents,
+    packed_causal,
+    padding,
+    predicate,
+    prefix,
+    window,
+)
 from .engine.merge import merge
 from .engine.trace import Trace, explain
 
@@ -50,6 +60,7 @@ __all__ = [
     "explain",
     "masks",
     "merge",
+    "packed_causal",
     "padding",
     "predicate",
     "prefix",

@@ -10,6 +10,9 @@ Masks are described by name, never by a raw boolean array of unknown polarity:
                               keys (and queries) past each sequence's real length are denied
     documents(q_ids, k_ids=None)
                               packed sequences: query i sees key j iff they share a document id
+    packed_causal(q_lengths, k_lengths=None, before=None)
+                              packed documents, each causal from its own bottom-right corner
+                              (xformers' BlockDiagonalCausalFromBottomRightMask, flash-attn varlen)
     allow(array) / deny(array)
                               an explicit bool array; allow: True = may attend,
                               deny: True = masked out (torch.nn.MultiheadAttention's polarity)
@@ -34,6 +37,7 @@ import numpy as np
 
 from .base import EMPTY, FULL, KIND_NAMES, PARTIAL, BoundMask, Layout, Mask, check_length
 from .explicit import allow, deny, predicate
+from .packed import packed_causal
 from .position import causal, prefix, window
 from .sequence import documents, padding
 
@@ -50,6 +54,7 @@ __all__ = [
     "causal",
     "deny",
     "documents",
+    "packed_causal",
     "padding",
     "predicate",
     "prefix",
