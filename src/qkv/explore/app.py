@@ -27,11 +27,12 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 import qkv
 
-from . import compute, lessons, seq2seq_service
+from . import compute, lessons, projections, seq2seq_service
 from .errors import InputError, describe_validation_errors
 from .hosts import LOOPBACK_HOSTS, HostCheck
 from .limits import BodyLimits
 from .model_service import ModelService, ModelUnavailable
+from .projection_schemas import ProjectionRequest, ProjectionResponse
 from .schemas import (
     AttentionsResponse,
     CostRequest,
@@ -44,8 +45,6 @@ from .schemas import (
     ModelRequest,
     NeuronRequest,
     NeuronResponse,
-    ProjectionRequest,
-    ProjectionResponse,
     ScaleRequest,
     ScaleResponse,
     Seq2SeqRequest,
@@ -186,9 +185,10 @@ def create_app(allowed_hosts: list[str] | None = None,
         return compute.mask_view(req)
 
     @app.post("/api/projections", response_model=ProjectionResponse, responses=BAD_INPUT)
-    def projections(req: ProjectionRequest) -> dict:
-        """Q = X W_Q, K = X W_K, V = X W_V of 2-D points, and qkv.explain(Q, K, V)."""
-        return lessons.projections(req)
+    def projected(req: ProjectionRequest) -> dict:
+        """Q = X W_Q, K = X W_K, V = X W_V of 2-D points (d_k, d_v = 2 or 1), qkv.explain(Q, K,
+        V), each W as rotation · stretch · rotation, and one query's lookup."""
+        return projections.projections(req)
 
     @app.post("/api/mistakes", response_model=MistakesResponse, responses=BAD_INPUT)
     def mistakes(req: MistakesRequest) -> dict:

@@ -253,31 +253,6 @@ class NeuronResponse(BaseModel):
     products: list = Field(description="q ∘ k_j elementwise, (n, d): each row sums to score j")
 
 
-# -- view: projections X → Q, K, V ---------------------------------------------------------------
-Point = Annotated[list[Number], Field(min_length=2, max_length=2)]
-Matrix2 = Annotated[list[Point], Field(min_length=2, max_length=2,
-                                       description="a 2 × 2 matrix, rows = input dims")]
-IDENTITY2 = [[1.0, 0.0], [0.0, 1.0]]
-
-
-class ProjectionRequest(_Strict):
-    """X (n × 2: the points of a shape) and W_Q, W_K, W_V (2 × 2 each, row convention)."""
-
-    x: Annotated[list[Point], Field(min_length=1, max_length=MAX_TOKENS)] = [
-        [1.0, 0.0], [0.0, 1.0], [-1.0, 0.0], [0.0, -1.0]]
-    w_q: Matrix2 = IDENTITY2
-    w_k: Matrix2 = IDENTITY2
-    w_v: Matrix2 = IDENTITY2
-
-
-class ProjectionResponse(BaseModel):
-    q: list
-    k: list
-    v: list
-    trace: dict
-    shapes: dict = Field(description="n × d_model → n × d_k, n × d_v, as the seeds write them")
-
-
 # -- view: common mistakes -----------------------------------------------------------------------
 class MistakesRequest(_Strict):
     """Random per-head q, k, v of a MiniLM-sized layer (d_model = heads × d_k), and toggles."""
