@@ -12,7 +12,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, Field, model_validator
 
-from .schemas import MAX_DIMS, MAX_TOKENS, Index, Number, _Strict
+from .schemas import MAX_DIMS, MAX_TOKENS, Index, Number, TraceOut, _Strict
 
 D_MODEL = 2  # the plane the shapes live in
 # Loose list bounds here (so no request can be large); the shapes themselves are checked in
@@ -128,12 +128,23 @@ class Lookups(BaseModel):
                                  "largest weight")
 
 
+class ProjectionShapes(BaseModel):
+    """Each matrix's shape as the seeds write them, e.g. "8 × 2 (n × d_k)"."""
+
+    X: str
+    Q: str
+    K: str
+    V: str
+    weights: str
+    output: str
+
+
 class ProjectionResponse(BaseModel):
-    q: list = Field(description="n × d_k")
-    k: list = Field(description="n × d_k")
-    v: list = Field(description="n × d_v")
-    trace: dict = Field(description="qkv.explain(Q, K, V).to_dict()")
-    shapes: dict = Field(description="n × d_model → n × d_k, n × d_v, as the seeds write them")
+    q: list = Field(description="(n, d_k) Q = X W_Q")
+    k: list = Field(description="(n, d_k) K = X W_K")
+    v: list = Field(description="(n, d_v) V = X W_V")
+    trace: TraceOut = Field(description="qkv.explain(Q, K, V)")
+    shapes: ProjectionShapes
     n: int
     d_model: int
     d_k: int
