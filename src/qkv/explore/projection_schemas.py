@@ -128,6 +128,14 @@ class Lookups(BaseModel):
                                  "largest weight")
 
 
+class ProjectionFactors(BaseModel):
+    """W_Q, W_K, W_V, each as rotation · stretch · rotation."""
+
+    w_q: Factors
+    w_k: Factors
+    w_v: Factors
+
+
 class ProjectionShapes(BaseModel):
     """Each matrix's shape as the seeds write them, e.g. "8 × 2 (n × d_k)"."""
 
@@ -149,8 +157,7 @@ class ProjectionResponse(BaseModel):
     d_model: int
     d_k: int
     d_v: int
-    factors: dict[str, Factors] = Field(description="w_q, w_k, w_v as rotation · stretch · "
-                                        "rotation")
+    factors: ProjectionFactors
     frames_per_step: int
     selected: Selection | None = Field(description="the requested query's lookup; null if none")
     lookups: Lookups
