@@ -381,9 +381,10 @@ function lookupBox(data) {
     sentences.push(q === 0 ? `With d_k = 1 every query and key is one number; q${i} = 0, so every score is 0 and the weights are equal.`
       : `With d_k = 1 every query and key is one number, so q${i}'s weights depend only on the one number q${i} = ${fmt(q, 3)}: ` +
         `${q > 0 ? "positive, so the larger a key, the larger its weight" : "negative, so the smaller a key, the larger its weight"}. ` +
-        `All ${data.n} queries put their largest weight on one of ${data.lookups.keys_used.length} key${data.lookups.keys_used.length === 1 ? "" : "s"}` +
+        `${data.n - data.lookups.tied} of ${data.n} queries put their largest weight on one of ` +
+        `${data.lookups.keys_used.length} key${data.lookups.keys_used.length === 1 ? "" : "s"}` +
         `${data.lookups.keys_used.length ? ` (${data.lookups.keys_used.map((j) => `k${j}`).join(", ")})` : ""}` +
-        `${data.lookups.tied ? `, or tie (${data.lookups.tied} of them)` : ""}.`);
+        `${data.lookups.tied ? `; the other ${data.lookups.tied} tie` : ""}.`);
   }
   const look = data.lookups;
   const counts = `Where each point's largest weight falls: on itself for ${look.self_count} of ${data.n}, ` +
