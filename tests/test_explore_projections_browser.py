@@ -28,20 +28,21 @@ DEFAULT = {"w_q": [[1, 0], [0, 1]], "w_k": [[1, 0], [1, 1]], "w_v": [[2, 0], [0,
 EPS = np.finfo(np.float64).eps
 
 
-@pytest.fixture
-def desk(browser, server_url):  # noqa: F811
-    context, pg, outside, problems = _page(browser, server_url, DESKTOP)
+def _opened(browser, server_url, viewport):  # noqa: F811
+    context, pg, outside, problems = _page(browser, server_url, viewport)
     yield pg
     context.close()
     assert outside == [] and problems == []
+
+
+@pytest.fixture
+def desk(browser, server_url):  # noqa: F811
+    yield from _opened(browser, server_url, DESKTOP)
 
 
 @pytest.fixture
 def phone(browser, server_url):  # noqa: F811
-    context, pg, outside, problems = _page(browser, server_url, PHONE)
-    yield pg
-    context.close()
-    assert outside == [] and problems == []
+    yield from _opened(browser, server_url, PHONE)
 
 
 def open_projections(page) -> None:
