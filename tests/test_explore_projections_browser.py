@@ -189,6 +189,14 @@ def test_two_to_one_queries_and_keys_on_a_line(desk):
     assert "try d_k = 2" in task
     assert_clean(page)
     shot(page, "projections-2to1.png")
+    # a hand-edited URL with a broken 2 × 1 matrix keeps d_k = 1 and falls back to the default
+    broken = json.dumps({"lookup": {"dk": 1, "query": 3, "narrow": {"w_q": "bad", "w_k": [[1]]}}})
+    page.goto(f"{page.base}#view=projections&more={broken}")
+    page.reload()
+    idle(page)
+    values, _ = shown_matrix(page, "proj-weight", 8, 8)
+    np.testing.assert_array_equal(values, trace.weights)
+    assert_page_clean(page)
 
 
 def test_projection_preset_knobs_fan_out_and_the_task_is_checked(desk):

@@ -55,7 +55,8 @@ const PLANE = { size: 220, range: 2.5 };
 const MATS = [["w_q", "W_Q", "Q", "query"], ["w_k", "W_K", "K", "key"], ["w_v", "W_V", "V", "value"]];
 const STEP_NAMES = ["turn", "stretch", "turn"];
 // the view's own state beyond state.proj: the selected query, d_k, the 2 × 1 W_Q and W_K
-defineState("lookup", { query: 0, dk: 2, narrow: { w_q: [[1], [0]], w_k: [[1], [0]] } });
+const LOOKUP_DEFAULTS = { query: 0, dk: 2, narrow: { w_q: [[1], [0]], w_k: [[1], [0]] } };
+defineState("lookup", LOOKUP_DEFAULTS); // tidyLookup() keeps a hand-edited URL's in this shape
 
 let learned = null; // the "learned" preset, served by /api/projections/learned
 let answer = null; // the last answer, with the request it answers
@@ -572,7 +573,20 @@ export function mount(section) {
   });
 }
 
+/** A hand-edited URL may hold anything: keep d_k ∈ {1, 2} and 2 × 1 matrices of numbers. */
+function tidyLookup() {
+  const l = state.lookup;
+  if (l.dk !== 1 && l.dk !== 2) l.dk = LOOKUP_DEFAULTS.dk;
+  const narrow = (m) => Array.isArray(m) && m.length === 2 && m.every((row) => Array.isArray(row)
+    && row.length === 1 && Number.isFinite(row[0]));
+  if (!l.narrow || typeof l.narrow !== "object") l.narrow = structuredClone(LOOKUP_DEFAULTS.narrow);
+  for (const key of ["w_q", "w_k"]) {
+    if (!narrow(l.narrow[key])) l.narrow[key] = structuredClone(LOOKUP_DEFAULTS.narrow[key]);
+  }
+}
+
 export function sync() {
+  tidyLookup();
   $("#proj-shape").value = state.proj.shape;
   for (const radio of root.querySelectorAll("input[name=proj-dk]")) {
     radio.checked = Number(radio.value) === state.lookup.dk;
