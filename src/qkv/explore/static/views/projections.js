@@ -64,7 +64,9 @@ let t = 3; // the morph: 0 = X, 1 = turned, 2 = stretched, 3 = X W
 let playing = null; // the play timer
 const channel = new Channel(name, "/api/projections", (data, body) => {
   answer = { data, request: body };
-  delete root.dataset.stale;
+  // an answer to an older request (a newer one is queued, or failed) is drawn but stale
+  if (fresh()) delete root.dataset.stale;
+  else root.dataset.stale = "1";
   renderResult(data);
   renderPlanes();
 });
@@ -88,8 +90,9 @@ function query() {
   return Number.isInteger(i) && i >= 0 && i < n() ? i : 0;
 }
 function request() {
-  return { x: points(), w_q: matrix("w_q"), w_k: matrix("w_k"), w_v: matrix("w_v"),
-    query: query() };
+  // a copy: the state's matrices are edited in place, and the answer keeps what it answers
+  return structuredClone({ x: points(), w_q: matrix("w_q"), w_k: matrix("w_k"),
+    w_v: matrix("w_v"), query: query() });
 }
 const fresh = () => answer && JSON.stringify(answer.request) === JSON.stringify(request());
 const isLearned = () => learned && state.lookup.dk === 2 && state.proj.shape === learned.shape
@@ -108,10 +111,14 @@ export function show() {
   channel.send(request());
 }
 
+/** Pixel position of (x, y). A point beyond the plane is drawn on its edge (and the plane
+ * says so): its true numbers are in the tables. */
 function toPx(x, y) {
   const u = PLANE.size / (2 * PLANE.range);
-  return [PLANE.size / 2 + x * u, PLANE.size / 2 - y * u];
+  const edge = (z) => Math.max(-PLANE.range, Math.min(PLANE.range, z));
+  return [PLANE.size / 2 + edge(x) * u, PLANE.size / 2 - edge(y) * u];
 }
+const beyond = (p) => p.some((z) => Math.abs(z) > PLANE.range);
 
 /** One plane: the shape through `pts` (n × 2), its points (the selected one ringed; coloured by
  * the selected query's weight when `weights` is given), W's basis knobs, the output marker. */
@@ -150,6 +157,12 @@ function shapePlane(title, pts, kind, opts = {}) {
     label.textContent = String(i);
     plane.append(label);
   });
+  if (pts.some(beyond) || (out && beyond(out)) || (basis && basis.m.some(beyond))) {
+    const note = svg("text", { x: 4, y: PLANE.size - 5, cls: "edge-note",
+      "data-testid": `proj-edge-${title}` });
+    note.textContent = `points beyond ±${PLANE.range} drawn on the edge`;
+    plane.append(note);
+  }
   if (out) {
     const [x, y] = toPx(...out);
     plane.append(svg("path", { d: `M ${x} ${y - 7} L ${x + 7} ${y} L ${x} ${y + 7} L ${x - 7} ${y} Z`,
