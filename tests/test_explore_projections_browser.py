@@ -2,14 +2,13 @@
 blended output are qkv's; each W's rotation · stretch · rotation is numpy's SVD; the morph, the
 2 → 1 case, the learned preset's sentence and the guided task follow the numbers; both knobs of
 the "projection" preset can be grabbed; no broken words, nothing wider than a phone, no serious
-axe-core violation; seeded random interactions. Screenshots go to docs/screenshots/."""
+axe-core violation. (Its seeded random interactions are in tests/test_explore_random.py.)
+Screenshots go to docs/screenshots/."""
 
 from __future__ import annotations
 
 import json
 import math
-import random
-import re
 from importlib import resources
 
 import numpy as np
@@ -258,99 +257,3 @@ def test_view_one_on_a_phone(phone, state):
     assert_fits(page)
     assert_clean(page)
     shot(page, f"projections-{state}-phone.png")
-
-
-def random_interaction(page, rng: random.Random) -> str:
-    """One random thing done to view 1: drag a knob, type an entry (sometimes not a number),
-    pick a preset, toggle d_k, move the morph, play, pick a query. Shaped as page_checks'
-    ``@interaction`` functions ``(page, rng) -> str``, for the all-views random test."""
-    kind = rng.choice(["drag", "type", "preset", "dk", "morph", "play", "pick", "key"])
-    if kind == "drag":
-        knobs = page.locator(".basis-handle")
-        if knobs.count() == 0:
-            page.get_by_test_id("proj-t").fill("3")
-            return "morph back to t = 3"
-        knob = knobs.nth(rng.randrange(knobs.count())).locator("circle").bounding_box()
-        page.mouse.move(knob["x"] + knob["width"] / 2, knob["y"] + knob["height"] / 2)
-        page.mouse.down()
-        page.mouse.move(knob["x"] + rng.uniform(-60, 60), knob["y"] + rng.uniform(-60, 60), steps=3)
-        page.mouse.up()
-        return "drag a knob"
-    if kind == "type":
-        inputs = page.locator("#proj-editors input")
-        box = inputs.nth(rng.randrange(inputs.count()))
-        value = rng.choice(["0", "-1.5", "2", "abc", "", "1e9", str(round(rng.uniform(-2, 2), 2))])
-        box.fill(value)
-        box.press("Enter")
-        return f"type {value!r}"
-    if kind == "preset":
-        which = rng.choice(["w_q", "w_k", "w_v"])
-        options = page.get_by_test_id(f"preset-{which}").locator("option").evaluate_all(
-            "os => os.map(o => o.value).filter(v => v)")
-        choice = rng.choice(options)
-        page.get_by_test_id(f"preset-{which}").select_option(choice)
-        return f"preset {which} {choice}"
-    if kind == "dk":
-        dk = rng.choice(["1", "2"])
-        page.get_by_test_id(f"proj-dk-{dk}").check()
-        return f"d_k = {dk}"
-    if kind == "morph":
-        t = f"{rng.randrange(31) / 10:.1f}"
-        page.get_by_test_id("proj-t").fill(t)
-        return f"t = {t}"
-    if kind == "play":
-        page.get_by_test_id("proj-play").click()
-        return "play"
-    if kind == "pick":
-        picks = page.locator("#proj-picker button")
-        i = rng.randrange(picks.count())
-        picks.nth(i).click()
-        return f"pick {i}"
-    page.get_by_test_id("proj-pick-0").focus() if page.locator(
-        "#proj-picker [aria-checked=true]").count() == 0 else page.locator(
-        "#proj-picker [aria-checked=true]").focus()
-    key = rng.choice(["ArrowRight", "ArrowLeft"])
-    page.keyboard.press(key)
-    return f"picker {key}"
-
-
-
-def assert_numbers_are_qkvs(page) -> None:
-    """Whatever the state, the weight table and the lookup are qkv's for the matrices shown."""
-    if page.locator("#error").is_visible():
-        return  # a refused entry: the result is marked stale (assert_page_clean checks that)
-    dk = 1 if page.get_by_test_id("proj-dk-1").is_checked() else 2
-    ws = {}
-    for key, cols in (("w_q", dk), ("w_k", dk), ("w_v", 2)):
-        ws[key] = [[float(page.get_by_test_id(f"{key}-{r}-{c}").input_value()) for c in range(cols)]
-                   for r in range(2)]
-    shape = page.get_by_test_id("proj-shape").input_value()
-    x = CIRCLE if shape == "circle" else np.array(
-        [[-0.5, -1], [-0.5, -0.3], [-0.5, 0.4], [-0.5, 1], [0.2, 1], [0.9, 1], [0.2, 0.4]])
-    trace = trace_of(ws["w_q"], ws["w_k"], ws["w_v"], x)
-    n = len(x)
-    values, _ = shown_matrix(page, "proj-weight", n, n)
-    np.testing.assert_array_equal(values, trace.weights)
-    i = int(page.locator("#proj-picker [aria-checked=true]").get_attribute("data-i"))
-    cells = shown(page, "proj-sel-weight-")
-    np.testing.assert_array_equal([cells[f"proj-sel-weight-{j}"][0] for j in range(n)],
-                                  trace.weights[i])
-
-
-def test_seeded_random_interactions_on_view_one(desk):
-    page = desk
-    open_projections(page)
-    rng = random.Random(20261203)
-    done = []
-    for _ in range(14):
-        done.append(random_interaction(page, rng))
-        idle(page)
-        expect(page.get_by_test_id("proj-play")).not_to_have_text(re.compile("pause"),
-                                                                  timeout=20_000)
-        try:
-            assert_page_clean(page)
-            assert_fits(page, DESKTOP["width"])
-            assert_numbers_are_qkvs(page)
-        except AssertionError as exc:
-            raise AssertionError(f"after {done}: {exc}") from exc
-    assert re.search(r"\d", page.get_by_test_id("proj-counts").text_content())

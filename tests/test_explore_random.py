@@ -63,6 +63,101 @@ def random_numbers(rng: random.Random, n: int) -> str:
     return ", ".join(f"{rng.uniform(-2, 2):.2f}" for _ in range(n))
 
 
+# -- 1 · X → Q, K, V ------------------------------------------------------------------------------
+PROJ_SHAPES = {
+    "circle": [[round(math.cos(2 * math.pi * i / 8), 4), round(math.sin(2 * math.pi * i / 8), 4)]
+               for i in range(8)],
+    "letter": [[-0.5, -1], [-0.5, -0.3], [-0.5, 0.4], [-0.5, 1], [0.2, 1], [0.9, 1], [0.2, 0.4]],
+}
+
+
+def verify_projections(page) -> None:
+    if error_shown(page):
+        return
+    more = json.loads(url_state(page)["more"])
+    proj, look = more["proj"], more["lookup"]
+    narrow = look["narrow"] if look["dk"] == 1 else proj
+    x = np.asarray(PROJ_SHAPES[proj["shape"]], dtype=np.float64)
+    n = len(x)
+    q, k, v = (x @ np.asarray(w, dtype=np.float64)
+               for w in (narrow["w_q"], narrow["w_k"], proj["w_v"]))
+    trace = qkv.explain(q, k, v)
+    values, _ = shown_matrix(page, "proj-weight", n, n)
+    np.testing.assert_array_equal(values, trace.weights)
+    i = look["query"] if 0 <= look["query"] < n else 0
+    cells = shown(page, "proj-sel-")
+    for j in range(n):
+        assert cells[f"proj-sel-dot-{j}"][0] == trace.scores[i, j]
+        assert cells[f"proj-sel-weight-{j}"][0] == trace.weights[i, j]
+    for c in range(v.shape[1]):
+        assert cells[f"proj-sel-out-{c}"][0] == trace.output[i, c]
+    # the task's count: points whose one largest weight is on themselves
+    top = [np.flatnonzero(row >= row.max() * (1 - 8 * np.finfo(np.float64).eps)).tolist()
+           for row in trace.weights]
+    hits = sum(t == [p] for p, t in enumerate(top))
+    task = page.get_by_test_id("proj-task").inner_text()
+    assert (f"{hits} of {n} points put" in task) or (hits == n and "Done" in task), task
+
+
+@interaction("projections", verify=verify_projections)
+def act_projections(page, rng: random.Random) -> str:
+    kind = rng.choice(["drag", "drag", "type", "invalid", "preset", "dk", "shape", "morph",
+                       "play", "pick", "key"])
+    if kind == "drag":
+        knobs = page.locator("#view-projections .basis-handle")
+        if knobs.count() == 0:  # mid-morph: the knobs come back at t = 3
+            set_range(page, "proj-t", 3)
+            return "morph back to t = 3"
+        knob = knobs.nth(rng.randrange(knobs.count()))
+        knob.scroll_into_view_if_needed()
+        box = knob.locator("circle").bounding_box()
+        page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+        page.mouse.down()
+        page.mouse.move(box["x"] + rng.uniform(-60, 60), box["y"] + rng.uniform(-60, 60),
+                        steps=3)
+        page.mouse.up()
+        return f"drag {knob.get_attribute('data-testid')}"
+    if kind in ("type", "invalid"):
+        inputs = page.locator("#proj-editors input")
+        box = inputs.nth(rng.randrange(inputs.count()))
+        text = (f"{rng.uniform(-2, 2):.2f}" if kind == "type"
+                else rng.choice(["abc", "", "1e9", "1,2"]))
+        box.fill(text)
+        box.press("Enter")
+        return f"type {text!r} into {box.get_attribute('data-testid')}"
+    if kind == "preset":
+        which = rng.choice(["w_q", "w_k", "w_v"])
+        select = page.get_by_test_id(f"preset-{which}")
+        options = select.locator("option").evaluate_all("os => os.map(o => o.value)")
+        choice = rng.choice([o for o in options if o])
+        select.select_option(choice)
+        return f"preset {choice} for {which}"
+    if kind == "dk":
+        dk = rng.choice(["1", "2"])
+        page.get_by_test_id(f"proj-dk-{dk}").check()
+        return f"d_k = {dk}"
+    if kind == "shape":
+        shape = rng.choice(["circle", "letter"])
+        page.get_by_test_id("proj-shape").select_option(shape)
+        return f"shape {shape}"
+    if kind == "morph":
+        t = rng.randrange(31) / 10
+        set_range(page, "proj-t", t)
+        return f"morph t = {t}"
+    if kind == "play":
+        page.get_by_test_id("proj-play").click()
+        return "play"
+    picks = page.locator("#proj-picker button")
+    if kind == "pick":
+        i = rng.randrange(picks.count())
+        picks.nth(i).click()
+        return f"pick query {i}"
+    page.locator("#proj-picker [aria-checked=true]").focus()
+    key = rng.choice(["ArrowRight", "ArrowLeft", "ArrowUp", "ArrowDown"])
+    page.keyboard.press(key)
+    return f"picker {key}"
+
+
 # -- 2 · Vectors ----------------------------------------------------------------------------------
 def verify_vectors(page) -> None:
     if error_shown(page):

@@ -5,7 +5,7 @@
 // /api/projections: Q, K, V, qkv.explain's trace, numpy's SVD, the counts of where each largest
 // weight falls); the local product only keeps a drag smooth while the answer is on its way.
 import { ApiError, Channel } from "../core/api.js";
-import { announce, el, fmt, svg, svgPoint } from "../core/dom.js";
+import { announce, el, fmt, scrollBox, svg, svgPoint } from "../core/dom.js";
 import { showError } from "../core/errors.js";
 import { fanOut } from "../core/fan.js";
 import { heat, legend, paint } from "../core/legend.js";
@@ -64,9 +64,6 @@ let t = 3; // the morph: 0 = X, 1 = turned, 2 = stretched, 3 = X W
 let playing = null; // the play timer
 const channel = new Channel(name, "/api/projections", (data, body) => {
   answer = { data, request: body };
-  // an answer to an older request (a newer one is queued, or failed) is drawn but stale
-  if (fresh()) delete root.dataset.stale;
-  else root.dataset.stale = "1";
   renderResult(data);
   renderPlanes();
 });
@@ -107,7 +104,6 @@ export function show() {
   stopPlay();
   renderEditors();
   renderPlanes();
-  if (answer && !fresh()) root.dataset.stale = "1";
   channel.send(request());
 }
 
@@ -274,7 +270,6 @@ function renderEditors() {
         const v = Number(input.value);
         if (!Number.isFinite(v) || input.value.trim() === "") {
           input.classList.add("bad");
-          if (answer) root.dataset.stale = "1";
           showError(name, new ApiError(0, `${label}[${r}][${c}]: “${input.value}” is not a number`));
           return;
         }
@@ -356,13 +351,6 @@ function renderResult(data) {
         matrixTable("proj-weight", t3.weights, "q", "k", { heat: true, digits: 3 })]),
       table("output = weights V", data.shapes.output, "proj-output", t3.output, "q", "d"),
     ]), legend("proj-legend"));
-  // a table wider than a phone scrolls in its box: the keyboard must reach the box too
-  for (const box of root.querySelectorAll("#proj-result .scroll")) {
-    const table = box.querySelector("table");
-    Object.assign(box, { tabIndex: 0 });
-    box.setAttribute("role", "region");
-    box.setAttribute("aria-label", `${table ? table.dataset.testid.replace("table-", "") : "table"} (scrolls)`);
-  }
   const row = $(`[data-testid="table-proj-weight"]`).rows[sel.i + 1];
   if (row) row.classList.add("selected-row");
   announce(`query ${sel.i}: largest weight on key ${sel.top.join(", ")}; ` +
@@ -435,8 +423,9 @@ function lookupTable(s, data) {
   const out = el("tr", {}, [el("th", {}, `out${s.i}`),
     ...s.output.map((z, c) => el("td", { "data-testid": `proj-sel-out-${c}`, "data-value": z },
       fmt(z, 3))), ...(s.output.length < 3 ? [el("td", {}, "← Σ_j w_j v_j")] : [])]);
-  return el("div", { cls: "scroll" }, [el("table", { cls: "matrix lookup-table",
-    "data-testid": "table-proj-sel" }, [el("caption", {}, `query ${s.i} against the ${data.n} keys: ${data.n} × 3`), head, ...rows, out])]);
+  return scrollBox([el("table", { cls: "matrix lookup-table", "data-testid": "table-proj-sel" },
+    [el("caption", {}, `query ${s.i} against the ${data.n} keys: ${data.n} × 3`), head, ...rows,
+      out])], `query ${s.i}'s lookup`);
 }
 
 /** The guided task, checked against the current numbers. */
