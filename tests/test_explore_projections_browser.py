@@ -90,6 +90,8 @@ def test_pick_a_query_and_see_whom_it_looks_up(desk):
         "els => els.map(e => e.style.fill)")
     darkest = int(np.argmax(trace.weights[0]))
     assert fills[darkest] != fills[int(np.argmin(trace.weights[0]))]
+    tips = page.locator("[data-testid='proj-plane-K'] circle.pt title").all_text_contents()
+    assert tips[1] == f"k1: weight {trace.weights[0, 1]:.3f}, q0 · k1 = {trace.scores[0, 1]:.3f}"
     # every table says its shape
     text = page.get_by_test_id("proj-result").text_content()
     for said in ("X: 8 × 2 (n × d_model)", "Q = X W_Q: 8 × 2 (n × d_k)", "8 × 8 (n × n)",

@@ -119,7 +119,7 @@ const beyond = (p) => p.some((z) => Math.abs(z) > PLANE.range);
 /** One plane: the shape through `pts` (n × 2), its points (the selected one ringed; coloured by
  * the selected query's weight when `weights` is given), W's basis knobs, the output marker. */
 function shapePlane(title, pts, kind, opts = {}) {
-  const { basis, weights, out, line } = opts;
+  const { basis, weights, dots, out, line } = opts;
   const plane = svg("svg", { viewBox: `0 0 ${PLANE.size} ${PLANE.size}`,
     width: PLANE.size, height: PLANE.size, cls: "proj-plane",
     "data-testid": `proj-plane-${title}`, role: "group",
@@ -147,7 +147,13 @@ function shapePlane(title, pts, kind, opts = {}) {
     const dot = svg("circle", { cx: x, cy: y, r: weights ? 5 : 3.5,
       cls: `pt ${kind}${i === sel && !weights ? " sel" : ""}${weights ? " weighted" : ""}`,
       "data-i": i });
-    if (weights) dot.style.fill = heat(weights[i]);
+    if (weights) {
+      dot.style.fill = heat(weights[i]);
+      const tip = svg("title");
+      tip.textContent = `${kind[0]}${i}: weight ${fmt(weights[i], 3)}` +
+        (dots ? `, q${sel} · k${i} = ${fmt(dots[i], 3)}` : "");
+      dot.append(tip);
+    }
     plane.append(dot);
     const label = svg("text", { x: x + 5, y: y - 5 - 10 * above, cls: "pt-label" });
     label.textContent = String(i);
@@ -209,6 +215,7 @@ function renderPlanes() {
       basis: { key, label, m, knobs: !morphing },
       line: m[0].length === 1 && !morphing,
       weights: sel && kind !== "query" ? sel.weights : null,
+      dots: sel && kind === "key" ? sel.dots : null,
       out: sel && kind === "value" && !morphing
         ? (answer.data.d_v === 2 ? sel.output : [sel.output[0], 0]) : null,
     }));
