@@ -17,6 +17,7 @@ from playwright.sync_api import expect
 
 import qkv
 from page_checks import DESKTOP, PHONE, assert_fits, assert_page_clean, axe_serious
+from qkv.explore import projections
 from test_explore_browser import idle, shown, shown_matrix
 from test_explore_views import _page, browser, server_url, shot  # noqa: F401 (fixtures)
 
@@ -185,8 +186,7 @@ def test_two_to_one_queries_and_keys_on_a_line(desk):
     said = page.get_by_test_id("proj-lookup").text_content()
     assert "depend only on the one number q3 = -0.707: negative" in said
     task = page.get_by_test_id("proj-task").text_content()
-    self_hits = sum(1 for i in range(8) if np.flatnonzero(
-        trace.weights[i] >= trace.weights[i].max() * (1 - 8 * EPS)).tolist() == [i])
+    self_hits = projections.lookups(trace.weights)["self_count"]
     assert f"{self_hits} of 8 points put their largest weight on themselves" in task
     assert "try d_k = 2" in task
     assert_clean(page)
