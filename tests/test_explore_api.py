@@ -12,7 +12,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 import qkv
-from qkv.explore import create_app
+from qkv.explore import compute, create_app
 from qkv.explore.model_service import ModelService, ModelUnavailable, load_minilm
 
 SEED_Q = [[1.0, 0.0]]
@@ -302,11 +302,13 @@ def test_page_and_assets_have_a_strict_content_security_policy(client):
     csp = page.headers["content-security-policy"]
     assert "default-src 'none'" in csp and "connect-src 'self'" in csp
     assert "http" not in csp  # nothing may come from elsewhere
-    for name, kind in (("app.js", "javascript"), ("style.css", "css")):
+    for name, kind in (("main.js", "javascript"), ("core/api.js", "javascript"),
+                       ("views/scale.js", "javascript"), ("style.css", "css")):
         asset = client.get(f"/static/{name}")
         assert asset.status_code == 200 and kind in asset.headers["content-type"]
-    assert client.get("/static/../schemas.py").status_code == 404
-    assert client.get("/static/index.html").status_code == 404
+    for refused in ("../schemas.py", "core/../../schemas.py", "%2e%2e/schemas.py",
+                    "index.html", "learned_2d.json", "core", "views/", "nothing.js"):
+        assert client.get(f"/static/{refused}").status_code == 404, refused
 
 
 def test_the_page_loads_nothing_from_the_network(client):
@@ -315,7 +317,11 @@ def test_the_page_loads_nothing_from_the_network(client):
 
     html = client.get("/").text
     css = client.get("/static/style.css").text
-    js = client.get("/static/app.js").text
+    from page_checks import static_modules
+
+    js = "".join(client.get(f"/static/{name}").text for name in static_modules())
+    imported = re.findall(r'\bfrom\s+"([^"]+)"', js) + re.findall(r'\bimport\s*\(\s*"([^"]+)"', js)
+    assert imported and all(spec.startswith(("./", "../")) for spec in imported), imported
     links = re.findall(r'(?:src|href)="([^"]*)"', html) + re.findall(r"url\(([^)]*)\)", css)
     assert links, "the page links its assets"
     assert all(link.startswith(("/static/", "data:", "#head-")) for link in links), links
@@ -433,7 +439,17 @@ def test_trace_shows_the_exp_step_with_the_seeds_rounded_sum(client):
     exp = body["exp"]
     assert exp["exp"][0] == pytest.approx(np.exp(trace.scaled[0]).tolist(), rel=1e-15)
     assert exp["sum"][0] == pytest.approx(math.exp(trace.lse[0]), rel=1e-14)
-    assert round(exp["sum"][0], 3) == 4.669 and exp["seed_sum"][0] == pytest.approx(4.668)
+    assert round(exp["sum"][0], 3) == 4.669
+    # the seed's hand computation, from qkv's numbers rounded as the seed rounds them
+    seed = body["seed"]
+    assert seed["exp_rounded"] == [2.028, 1.0, 1.64] and round(seed["sum"], 3) == 4.668
+    assert seed["weights_rounded"] == [0.434, 0.214, 0.351]
+    assert seed["output"] == pytest.approx([1.219, 0.779], abs=1e-12)
+    # any other input (or the seed's at another scale, or masked) gets no remark about the seed
+    for other in ({"queries": [[1.0, 0.1]]}, {"scale": 1.0},
+                  {"mask": {"presets": [{"kind": "causal"}]}}):
+        assert client.post("/api/trace", json=other).json()["seed"] is None, other
+    assert client.post("/api/trace", json={"scale": 1 / math.sqrt(2)}).json()["seed"]
     # huge scores: shown shifted by the row's max (softmax is shift-invariant), never inf
     big = client.post("/api/trace", json={"queries": [[1e6]], "keys": [[1e6], [0.0]],
                                           "values": [[1.0], [2.0]]}).json()["exp"]
@@ -501,3 +517,39 @@ def test_seq2seq_decodes_as_the_shipped_models_or_is_a_503(client):
         assert np.array_equal(np.array(body[kind]["weights"]), np.asarray(weights, np.float64))
     bad = client.post("/api/seq2seq", json={"input": "xyz"})
     assert bad.status_code == 422 and "not a symbol" in bad.json()["detail"]
+
+
+@pytest.mark.parametrize(("request_", "heading", "said", "not_said"), [
+    ({}, "Two keys, scores [8, 0] at d_k = 64: the top two are 1 standard deviation apart",
+     ["gradient 3.4e-04: its gradient has nearly vanished",
+      "Divided by √d_k it keeps weight 0.269 and gradient 0.197 — the scale is what keeps it"],
+     []),
+    # at d_k = 1 the scale is 1: nothing vanishes, and nothing is said to
+    ({"d_k": 1}, "1 standard deviation apart",
+     ["At d_k = 1, √d_k = 1: dividing by it changes nothing",
+      "key 1 still gets weight 0.269 and gradient 0.197"], ["vanish ", "vanished"]),
+    # τ = 0.1: the scaled softmax is hard too, and the words say why
+    ({"temperature": 0.1}, "1 standard deviation apart",
+     ["Divided by τ·√d_k it gets only 4.5e-05 and gradient 4.5e-05: τ = 0.1 below 1 sharpens"],
+     ["stay at 0.000", "keeps weight"]),
+    ({"scores": [800.0, 0.0]}, "the top two are 100 standard deviations apart",
+     ["weight 0 (too small for float64)", "even the scaled softmax is nearly hard"],
+     ["one standard deviation apart"]),
+    ({"scores": [8.0, 0.0, 4.0]}, "Three keys, scores [8, 0, 4] at d_k = 64: the top two are "
+     "0.5 standard deviations apart", ["key 1 gets weight 3.3e-04"], ["Two keys"]),
+    ({"scores": [1.0, 1.0]}, "the top two are equal",
+     ["not far enough apart for its gradient to vanish"], ["vanished"]),
+])
+def test_scale_view_words_follow_its_numbers(client, request_, heading, said, not_said):
+    """The heading and summary are written from the numbers: the seed's story ("vanishes",
+    "one standard deviation apart") only where the numbers show it."""
+    example = client.post("/api/scale", json=request_).json()["example"]
+    assert heading in example["heading"]
+    for words in said:
+        assert words in example["summary"], (words, example["summary"])
+    for words in not_said:
+        assert words not in example["heading"] + " " + example["summary"], words
+    # the gradients the words describe are the ones returned
+    j = int(np.argmin(example["unscaled_weights"]))
+    vanished = example["unscaled_gradient"][j] < compute.VANISHED
+    assert ("nearly vanished" in example["summary"]) == vanished

@@ -1,6 +1,6 @@
-"""The explorer's teaching views beyond a single trace: projections X → Q, K, V, the seed's
-common mistakes, and the cost of n × n. Every weight comes from ``qkv.explain``; every tile
-classification from ``qkv.engine.block_map`` (the kernel's own).
+"""The explorer's teaching views beyond a single trace: the seed's common mistakes and the cost
+of n × n (the projections X → Q, K, V are in :mod:`.projections`). Every weight comes from
+``qkv.explain``; every tile classification from ``qkv.engine.block_map`` (the kernel's own).
 """
 
 from __future__ import annotations
@@ -12,23 +12,9 @@ import numpy as np
 
 import qkv
 
-from .schemas import CostRequest, MistakesRequest, ProjectionRequest
+from .schemas import CostRequest, MistakesRequest
 
 FLOAT32 = 4  # bytes
-
-
-def projections(req: ProjectionRequest) -> dict:
-    """Q = X W_Q, K = X W_K, V = X W_V (row convention), then attention over them."""
-    x = np.asarray(req.x, dtype=np.float64)  # (n, d_model)
-    q = x @ np.asarray(req.w_q, dtype=np.float64)  # (n, d_k)
-    k = x @ np.asarray(req.w_k, dtype=np.float64)  # (n, d_k)
-    v = x @ np.asarray(req.w_v, dtype=np.float64)  # (n, d_v)
-    trace = qkv.explain(q, k, v)
-    n = len(x)
-    return {"q": q.tolist(), "k": k.tolist(), "v": v.tolist(), "trace": trace.to_dict(),
-            "shapes": {"X": f"{n} × 2 (n × d_model)", "Q": f"{n} × 2 (n × d_k)",
-                       "K": f"{n} × 2 (n × d_k)", "V": f"{n} × 2 (n × d_v)",
-                       "weights": f"{n} × {n} (n × n)", "output": f"{n} × 2 (n × d_v)"}}
 
 
 def mistake_inputs(req: MistakesRequest) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
