@@ -25,13 +25,32 @@ from .engine.api import attention, attention_backward, attention_weights
 from .engine.bias import alibi, alibi_slopes, relative_position_buckets
 from .engine.masks import allow, causal, deny, documents, padding, predicate, prefix, window
 from .engine.merge import merge
-from .engine.trace import Trace, explain
+from .engine.trace import Trace, explain, set_layout
 
 __version__ = "0.1.0"
 
 # The engine's public modules keep their short names: `import qkv.masks`, `qkv.reference(...)`.
 sys.modules[__name__ + ".masks"] = masks
 sys.modules[__name__ + ".reference"] = reference
+
+
+
+def _trace_text(trace: Trace) -> str:
+    from .render.trace import text
+
+    return text(trace)
+
+
+def _trace_html(trace: Trace) -> str:
+    from .render.trace import html
+
+    return html(trace)
+
+
+# The composition root wires the views layer's trace layout into the engine (loaded on first use,
+# so ``import qkv`` stays the engine).
+set_layout(_trace_text, _trace_html)
+del set_layout
 
 _SUBPACKAGES = ("engine", "nn", "models", "tasks", "render", "distributed", "explore",
                 "commands", "integrations")
