@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 
 pytest.importorskip("anywidget")
-from fastapi.testclient import TestClient  # noqa: E402
+from fastapi.testclient import TestClient
 
-import qkv  # noqa: E402
-from qkv.explore import create_app  # noqa: E402
-from qkv.widgets import MaskEditor, Vectors, front_end, kernel, scoped_css, sections  # noqa: E402
-from qkv.widgets.esm import closure, single_esm, split  # noqa: E402
+import qkv
+from qkv.explore import create_app
+from qkv.widgets import MaskEditor, Vectors, front_end, kernel, scoped_css, sections
+from qkv.widgets.esm import closure, single_esm, split
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +52,7 @@ def test_widgets_check_their_arguments_and_keep_the_kernels_answers():
         Vectors(q=[1, 0])
     with pytest.raises(ValueError, match="each key needs exactly one value"):
         Vectors(k=[[1, 0]], v=[[1, 0], [0, 1]])
-    with pytest.raises(ValueError, match="MaskEditor: .*window"):
+    with pytest.raises(ValueError, match=r"MaskEditor: .*window"):
         MaskEditor("a b", presets=[{"kind": "window", "before": -1}])
     w = Vectors([[0.5, 0.5]], [[1, 0], [0, 1]], [[1, 2], [3, 4]])
     # what the front end sends when a vector is dragged: the kernel answers and remembers it

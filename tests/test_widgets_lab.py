@@ -18,10 +18,10 @@ import pytest
 
 pytest.importorskip("anywidget")
 pytest.importorskip("jupyterlab")
-from playwright import sync_api  # noqa: E402
+from playwright import sync_api
 
-import qkv  # noqa: E402
-from qkv.explore.compute import mask_vectors  # noqa: E402
+import qkv
+from qkv.explore.compute import mask_vectors
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -64,7 +64,7 @@ def lab(tmp_path_factory):
     port = _free_port()
     env = {**os.environ, "PYTHONPATH": f"{SRC}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
            "JUPYTER_CONFIG_DIR": str(root / ".config"), "JUPYTER_RUNTIME_DIR": str(root / ".rt")}
-    log = open(root / "lab.log", "w")  # noqa: SIM115  # closed below
+    log = open(root / "lab.log", "w")  # closed below
     proc = subprocess.Popen(
         [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--ip", "127.0.0.1",
          "--port", str(port), "--IdentityProvider.token=", "--allow-root",
