@@ -36,6 +36,7 @@ CELLS = [
     'm = MaskEditor("a b c d", presets=[{"kind": "causal"}])\nm',
     'print("STATE" + json.dumps({"k": w.state["k"], "answer": w.answers["/api/trace"], '
     '"overrides": m.state["overrides"], "mask": m.answers["/api/mask"]}))',
+    'from qkv.widgets import ModelHeads\nh = ModelHeads("The cat sat.")\nh',
 ]
 
 pytestmark = [pytest.mark.slow,
@@ -209,3 +210,35 @@ def test_vectors_and_mask_widgets_compute_in_the_kernel(page):
     assert kernel["overrides"] == [{"i": 0, "j": 1, "allowed": True}]
     np.testing.assert_array_equal(np.asarray(kernel["mask"][1]["trace"]["weights"]),
                                   clicked.weights)
+
+
+def test_model_heads_widget_and_its_neuron_view(page):
+    from qkv.explore.model_service import ModelUnavailable, load_minilm
+
+    try:
+        minilm = load_minilm()
+    except ModelUnavailable as exc:
+        pytest.skip(str(exc))
+    _run_cell(page, 3)
+    heads = page.locator(".qkv-widget").nth(2)
+    heads.get_by_test_id("heat-row-2").wait_for()
+    tokens, weights = minilm.attentions("The cat sat.")
+    n = len(tokens)
+    assert heads.locator("canvas.thumb").count() == weights.shape[0] * weights.shape[1]
+    np.testing.assert_array_equal(_weights(heads, n, n, "heat-cell"),
+                                  np.asarray(weights[0, 0], dtype=np.float64))
+    heads.get_by_test_id("heat-row-2").click()  # the neuron view of token 2 in layer 0, head 0
+    _, q, k, v = minilm.head_inputs("The cat sat.", 0)
+    trace = qkv.explain(np.asarray(q[0, [2]], np.float64), np.asarray(k[0], np.float64),
+                        np.asarray(v[0], np.float64))
+
+    def shows_neuron():
+        try:
+            cells = heads.locator("[data-testid^='neuron-weight-']").evaluate_all(
+                "els => Object.fromEntries(els.map(e => [e.dataset.testid, e.dataset.value]))")
+            shown = [float(cells[f"neuron-weight-{j}"]) for j in range(n)]
+            return shown == trace.weights[0].tolist()
+        except (KeyError, ValueError):
+            return False
+
+    _until(shows_neuron, "the neuron view's weights")
