@@ -34,8 +34,9 @@ SEED_Q, SEED_K, SEED_V = [[1.0, 0.0]], [[1.0, 0.0], [0.0, 1.0], [0.7, 0.7]], \
 CELLS = [
     "import json\nfrom qkv.widgets import MaskEditor, Vectors\nw = Vectors()\nw",
     'm = MaskEditor("a b c d", presets=[{"kind": "causal"}])\nm',
-    'print("STATE" + json.dumps({"k": w.state["k"], "answer": w.answers["/api/trace"], '
-    '"overrides": m.state["overrides"], "mask": m.answers["/api/mask"]}))',
+    'print("STATE" + json.dumps({"q": w.state["q"], "k": w.state["k"], '
+    '"answer": w.answers["/api/trace"], "overrides": m.state["overrides"], '
+    '"mask": m.answers["/api/mask"]}))',
     'from qkv.widgets import ModelHeads\nh = ModelHeads("The cat sat.")\nh',
 ]
 
@@ -180,6 +181,20 @@ def test_vectors_and_mask_widgets_compute_in_the_kernel(page):
     assert float(out.get_attribute("data-value")) == trace.output[0, 0]
     assert out.text_content() == f"{trace.output[0, 0]:.4f}"
 
+    # the keyboard: ↓ on the focused query head moves q0 by 0.05; keys typed in the widget do
+    # not reach JupyterLab's shortcuts ("a" would insert a cell, ↓ move the active cell)
+    vectors.get_by_test_id("handle-query-0").focus()
+    active = page.locator(".jp-Cell.jp-mod-active").get_attribute("data-windowed-list-index")
+    page.keyboard.press("a")
+    page.keyboard.press("ArrowDown")
+    query = [1.0, -0.05]
+    trace = qkv.explain([query], [SEED_K[0], key, SEED_K[2]], SEED_V)
+    _until(shows_new_weights, "the weights after the arrow key")
+    assert vectors.get_by_test_id("query-input-0").input_value() == "1, -0.05"
+    assert page.locator(".jp-Cell.jp-mod-active").get_attribute("data-windowed-list-index") \
+        == active == "0"  # focusing the widget made its own cell, 0, the active one
+    assert page.locator(".jp-Notebook .jp-Cell").count() == len(CELLS)
+
     # the mask editor: causal over 4 tokens; clicking (0, 1) allows it (| qkv.allow)
     _run_cell(page, 1)
     masks = page.locator(".qkv-widget").nth(1)
@@ -203,9 +218,9 @@ def test_vectors_and_mask_widgets_compute_in_the_kernel(page):
     output = page.locator(".jp-OutputArea-output pre", has_text="STATE")
     output.wait_for()
     kernel = json.loads(output.text_content().strip().removeprefix("STATE"))
-    assert kernel["k"][1] == key
+    assert kernel["k"][1] == key and kernel["q"] == [query]
     request, answer = kernel["answer"]
-    assert request["keys"][1] == key
+    assert request["keys"][1] == key and request["queries"] == [query]
     np.testing.assert_array_equal(np.asarray(answer["trace"]["weights"]), trace.weights)
     assert kernel["overrides"] == [{"i": 0, "j": 1, "allowed": True}]
     np.testing.assert_array_equal(np.asarray(kernel["mask"][1]["trace"]["weights"]),

@@ -19,22 +19,27 @@ import * as vectors from "../explore/static/views/vectors.js";
 const VIEWS = { vectors, masks, model };
 
 /** A transport over the widget's messages: {kind: "request", id, path, body} to the kernel,
- * {kind: "answer", id, status, data | detail} back. */
+ * {kind: "answer", id, status, data | detail} back. Every view of the model hears every answer,
+ * so ids carry this view's own tag. Returns [transport, stop listening]. */
 function kernelTransport(widgetModel) {
+  const tag = Math.random().toString(36).slice(2);
   let next = 0;
   const waiting = new Map();
-  widgetModel.on("msg:custom", (msg) => {
+  const onAnswer = (msg) => {
     if (!msg || msg.kind !== "answer" || !waiting.has(msg.id)) return;
     const { resolve, reject } = waiting.get(msg.id);
     waiting.delete(msg.id);
     if (msg.status === 200) resolve(msg.data);
     else reject(new ApiError(msg.status, msg.detail));
-  });
-  return (path, body) => new Promise((resolve, reject) => {
+  };
+  widgetModel.on("msg:custom", onAnswer);
+  const transport = (path, body) => new Promise((resolve, reject) => {
     next += 1;
-    waiting.set(next, { resolve, reject });
-    widgetModel.send({ kind: "request", id: next, path, body: body === undefined ? null : body });
+    const id = `${tag}-${next}`;
+    waiting.set(id, { resolve, reject });
+    widgetModel.send({ kind: "request", id, path, body: body === undefined ? null : body });
   });
+  return [transport, () => widgetModel.off("msg:custom", onAnswer)];
 }
 
 /** Draw the view named by the widget's `view` trait, from its `state`. data.sections holds each
@@ -48,12 +53,16 @@ export async function render({ model: widgetModel, el, data }) {
   }
   const root = document.createElement("div");
   root.className = "qkv-widget";
+  // Keys typed in the widget stay in it: JupyterLab's shortcuts (e.g. "a", insert a cell) listen
+  // to keys bubbling up to the document, and the views' own handlers have run by then.
+  root.addEventListener("keydown", (event) => event.stopPropagation());
   root.innerHTML = '<div id="error" class="error" role="alert" data-testid="error" hidden></div>'
     + '<div id="announce" class="sr-only" aria-live="polite" data-testid="announce"></div>'
     + data.sections[name];
   el.append(root);
   setRoot(root);
-  setTransport(kernelTransport(widgetModel));
+  const [transport, stop] = kernelTransport(widgetModel);
+  setTransport(transport);
   setPersist(() => {
     widgetModel.set("state", JSON.parse(JSON.stringify(state)));
     widgetModel.save_changes();
@@ -66,4 +75,5 @@ export async function render({ model: widgetModel, el, data }) {
   view.mount(section);
   view.sync();
   view.show();
+  return stop; // anywidget calls it when this view is removed
 }
