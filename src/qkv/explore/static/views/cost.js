@@ -1,7 +1,7 @@
 // View 6 · Cost: n × n scores, the work and memory they take, and the tiles a mask lets qkv's
 // kernel skip (POST /api/cost: sizes, and qkv.engine.block_map's classification).
 import { Channel } from "../core/api.js";
-import { announce, el } from "../core/dom.js";
+import { announce, el, scrollBox } from "../core/dom.js";
 import { COLORS, heat, heatRGB, maskedRGB } from "../core/legend.js";
 import { state, writeURL } from "../core/state.js";
 
@@ -73,7 +73,7 @@ function render(data) {
   key.querySelector(".partial").style.background = heat(0.45);
   key.querySelector(".full").style.background = heat(1);
   $("#cost-result").replaceChildren(
-    el("div", { cls: "scroll" }, [table]),
+    scrollBox([table], "sizes, work and memory"),
     el("h4", {}, `the kernel's tiles for this mask (${data.mask_description}), from qkv.engine.block_map`),
     canvas, key);
   announce(`n ${data.n}: ${big(data.entries)} scores; naive memory ${bytes(data.naive_bytes)}, qkv ${bytes(data.qkv_bytes)}; ${t.empty} of ${t.total} tiles skipped`);

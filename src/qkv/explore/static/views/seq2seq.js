@@ -2,7 +2,7 @@
 // cross-attention, one with a fixed context vector) reverse a typed input; their outputs and
 // weights over the input positions come from the server (POST /api/seq2seq).
 import { Channel } from "../core/api.js";
-import { announce, el, fmt, svg } from "../core/dom.js";
+import { announce, el, fmt, scrollBox, svg } from "../core/dom.js";
 import { heat, legend } from "../core/legend.js";
 import { state, writeURL } from "../core/state.js";
 
@@ -62,7 +62,7 @@ function render(data) {
       el("h4", {}, title),
       el("p", {}, ["output: ", el("code", { "data-testid": `${kind}-output` }, letters),
         ` — ${r.correct} of ${r.length} right`]),
-      crossMap(kind, r, data.input),
+      scrollBox([crossMap(kind, r, data.input)], `${kind} weights`),
     ]);
   };
   $("#seq2seq-result").replaceChildren(
