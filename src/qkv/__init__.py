@@ -14,7 +14,8 @@ predicate — composable with & | ~. Biases: dense arrays or alibi().
 
 The layers above the engine load on first use (PEP 562), so ``import qkv`` stays the engine:
 ``qkv.nn`` (layers, KV cache, training), ``qkv.models`` (MiniLM), ``qkv.tasks`` (experiments),
-``qkv.render`` and ``qkv.show`` (views), ``qkv.distributed`` (ring attention over MPI).
+``qkv.render`` and ``qkv.show`` (views), ``qkv.widgets`` (notebook widgets), ``qkv.distributed``
+(ring attention over MPI).
 """
 
 import importlib
@@ -53,7 +54,7 @@ set_layout(_trace_text, _trace_html)
 del set_layout
 
 _SUBPACKAGES = ("engine", "nn", "models", "tasks", "render", "distributed", "explore",
-                "commands", "integrations")
+                "commands", "integrations", "widgets")
 
 __all__ = [
     "Trace",
