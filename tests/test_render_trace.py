@@ -144,3 +144,17 @@ def test_engine_never_imports_the_views_layer():
                 name = "." * node.level + node.module
                 assert not any(part in name.split(".") for part in ("render", "explore",
                                                                     "widgets")), (path, name)
+
+
+def test_each_plane_shows_the_inputs_its_query_head_reads():
+    rng = np.random.default_rng(1)
+    q = rng.standard_normal((2, 4, 3, 2))  # (B, Hq, Nq, Dk)
+    k, v = rng.standard_normal((2, 2, 5, 2)), rng.standard_normal((2, 2, 5, 3))  # Hkv = 2
+    trace = qkv.explain(q, k, v)
+    from qkv.render.trace import inputs
+
+    q13, k13, v13 = inputs(trace, (1, 3))
+    assert np.array_equal(q13, q[1, 3]) and np.array_equal(k13, k[1, 1])  # GQA: 3 · 2 // 4
+    assert np.array_equal(v13, v[1, 1])
+    html = trace._repr_html_()
+    assert _table(html, "· k (5 × 2)")[0] == [f"{x:.4f}" for x in k[0, 0, 0]]
