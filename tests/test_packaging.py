@@ -35,5 +35,6 @@ def test_the_wheel_builds_with_everything(tmp_path):
     expected |= {str(p.relative_to(src)) for p in (src / "qkv/explore/static").rglob("*")
                  if p.is_file()}
     assert "qkv/explore/static/core/api.js" in expected
+    expected |= {"qkv/widgets/widget.js"}  # the notebook widgets' entry module
     missing = sorted(expected - names)
     assert not missing, f"the wheel lacks {missing[:5]}"

@@ -14,7 +14,8 @@ packed_causal, allow, deny, predicate — composable with & | ~. Biases: dense a
 
 The layers above the engine load on first use (PEP 562), so ``import qkv`` stays the engine:
 ``qkv.nn`` (layers, KV cache, training), ``qkv.models`` (MiniLM), ``qkv.tasks`` (experiments),
-``qkv.render`` and ``qkv.show`` (views), ``qkv.distributed`` (ring attention over MPI).
+``qkv.render`` and ``qkv.show`` (views), ``qkv.widgets`` (notebook widgets), ``qkv.distributed``
+(ring attention over MPI).
 """
 
 import importlib
@@ -35,7 +36,7 @@ from .engine.masks import (
     window,
 )
 from .engine.merge import merge
-from .engine.trace import Trace, explain
+from .engine.trace import Trace, explain, set_layout
 
 __version__ = "0.1.0"
 
@@ -43,8 +44,27 @@ __version__ = "0.1.0"
 sys.modules[__name__ + ".masks"] = masks
 sys.modules[__name__ + ".reference"] = reference
 
+
+
+def _trace_text(trace: Trace) -> str:
+    from .render.trace import text
+
+    return text(trace)
+
+
+def _trace_html(trace: Trace) -> str:
+    from .render.trace import html
+
+    return html(trace)
+
+
+# The composition root wires the views layer's trace layout into the engine (loaded on first use,
+# so ``import qkv`` stays the engine).
+set_layout(_trace_text, _trace_html)
+del set_layout
+
 _SUBPACKAGES = ("engine", "nn", "models", "tasks", "render", "distributed", "explore",
-                "commands", "integrations")
+                "commands", "integrations", "widgets")
 
 __all__ = [
     "Trace",

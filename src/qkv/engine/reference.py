@@ -89,6 +89,10 @@ def intermediates(p: Problem, max_bytes: int | None = None) -> dict[str, np.ndar
         "allowed": np.array(allowed),
         "weights": weights,
         "lse": lse[..., 0],
+        # softmax's middle step, as the seed works it by hand (after the shift by the row max)
+        "row_max": row_max[..., 0],  # (..., Hq, Nq); 0 for a row with no allowed key
+        "exp": exp,  # e^(scaled − row_max), 0 where masked (..., Hq, Nq, Nk)
+        "exp_sum": total[..., 0],  # Σ_j of exp; weights = exp / exp_sum (..., Hq, Nq)
     }
     if p.dropout:
         result["kept"] = _dropout_scales(p)  # Z / (1 − rate), (..., Hq, Nq, Nk)

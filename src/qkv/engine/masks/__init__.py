@@ -38,7 +38,7 @@ import numpy as np
 from .base import EMPTY, FULL, KIND_NAMES, PARTIAL, BoundMask, Layout, Mask, check_length
 from .explicit import allow, deny, predicate
 from .packed import packed_causal
-from .position import causal, prefix, window
+from .position import _Aligned, causal, prefix, window
 from .sequence import documents, padding
 
 __all__ = [
@@ -58,8 +58,21 @@ __all__ = [
     "padding",
     "predicate",
     "prefix",
+    "uses_positions",
     "window",
 ]
+
+
+def uses_positions(mask: Mask | None) -> bool:
+    """Does ``mask`` contain a position rule (causal, window, prefix), whose queries align
+    bottom-right (query i at position i + Nk − Nq)? Looks through ``&``, ``|`` and ``~``."""
+    from .combine import Not, _Combined
+
+    if isinstance(mask, _Aligned):
+        return True
+    if isinstance(mask, _Combined):
+        return any(uses_positions(part) for part in mask.parts)
+    return isinstance(mask, Not) and uses_positions(mask.inner)
 
 
 def block_map(mask: Mask | None, nq: int, nk: int, tile: tuple[int, int] = (512, 512), *,

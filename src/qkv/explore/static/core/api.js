@@ -20,11 +20,12 @@ export class ApiError extends Error {
   }
 }
 
-/** POST body as JSON to path; the answer's JSON, or an ApiError with the server's detail. */
-export async function post(path, body) {
+/** The page's transport: POST body as JSON to path (GET when body is undefined); the
+ * answer's JSON, or an ApiError with the server's detail. */
+async function fetchJSON(path, body) {
   let response;
   try {
-    response = await fetch(path, {
+    response = await fetch(path, body === undefined ? {} : {
       method: "POST",
       headers: { "Content-Type": "application/json" },
       body: JSON.stringify(body),
@@ -40,6 +41,27 @@ export async function post(path, body) {
     throw new ApiError(response.status, detail);
   }
   return data;
+}
+
+// How a request reaches the server and its answer comes back: transport(path, body) resolves
+// to the answer's JSON or rejects with an ApiError (body undefined: a GET). The page's is
+// fetch to `qkv explore`; the notebook widgets (qkv/widgets/widget.js) pass theirs, widget
+// messages answered by the kernel, to setTransport. Nothing else in the views changes.
+let transport = fetchJSON;
+
+/** Send every request of this page (or widget) through fn(path, body) instead of fetch. */
+export function setTransport(fn) {
+  transport = fn;
+}
+
+/** POST body to path: the answer's JSON, or an ApiError with the server's detail. */
+export function post(path, body) {
+  return transport(path, body);
+}
+
+/** GET path: the answer's JSON, or an ApiError. */
+export function get(path) {
+  return transport(path, undefined);
 }
 
 // Tests set window.qkvRecordReads = true before the page starts: every answer is then wrapped

@@ -3,10 +3,19 @@
 
 const SVGNS = "http://www.w3.org/2000/svg";
 
-/** The first element matching sel inside root (the whole page by default). */
-export const $ = (sel, root = document) => root.querySelector(sel);
+// Where $ and $$ search by default: the whole page, or (setRoot) a notebook widget's element,
+// so the page-wide parts (#error, #announce) are found in that widget only.
+let top = document;
+
+/** Make $ and $$ search inside node by default (the notebook widgets' hook). */
+export function setRoot(node) {
+  top = node;
+}
+
+/** The first element matching sel inside root (the page, or setRoot's node, by default). */
+export const $ = (sel, root = top) => root.querySelector(sel);
 /** Every element matching sel inside root, as an array. */
-export const $$ = (sel, root = document) => Array.from(root.querySelectorAll(sel));
+export const $$ = (sel, root = top) => Array.from(root.querySelectorAll(sel));
 
 /** Query helpers bound to one root (a view's section), so a view only touches its own nodes. */
 export function scoped(root) {

@@ -1,6 +1,7 @@
 // The one weight colour scale, served by the server from qkv.render.colors (/api/colors):
 // linear from white at 0 to dark blue at 1, as `qkv look` and `qkv.show` draw it. The copy
 // below is the same scale, used only until /api/colors answers.
+import { get } from "./api.js";
 import { el } from "./dom.js";
 
 export let COLORS = {
@@ -11,8 +12,7 @@ export let COLORS = {
 /** Fetch the scale from the server (once, at start-up); keep the built-in copy on failure. */
 export async function loadColors() {
   try {
-    const answer = await fetch("/api/colors");
-    if (answer.ok) COLORS = await answer.json();
+    COLORS = await get("/api/colors");
   } catch { /* the server is gone: every view will say so */ }
 }
 

@@ -108,8 +108,21 @@ export function readURL(hash = location.hash) {
   return s;
 }
 
-/** Mirror the state into the URL hash (replacing the history entry). */
+// Where writeURL keeps the state: the URL hash, unless setPersist gave another place (the
+// notebook widgets keep it in the widget's synced state, not in the notebook's URL).
+let persist = null;
+
+/** Keep the state with fn(state) instead of in the URL hash. */
+export function setPersist(fn) {
+  persist = fn;
+}
+
+/** Mirror the state into the URL hash (replacing the history entry), or persist it. */
 export function writeURL() {
+  if (persist) {
+    persist(state);
+    return;
+  }
   const p = new URLSearchParams({
     view: state.view,
     q: matrixToText(state.q),
