@@ -31,5 +31,7 @@ def test_the_wheel_builds_with_everything(tmp_path):
     src = ROOT / "src"
     expected = {str(p.relative_to(src)) for p in src.rglob("*.py")}
     expected |= {"qkv/py.typed", "qkv/explore/static/index.html", "qkv/explore/static/app.js"}
+    expected |= {str(p.relative_to(src)) for p in (src / "qkv/tasks/data").iterdir()
+                 if not p.name.startswith(".")}  # the shipped checkpoints and results
     missing = sorted(expected - names)
     assert not missing, f"the wheel lacks {missing[:5]}"

@@ -4,6 +4,8 @@
   package once at start-up (no endpoint touches the file system afterwards, none writes).
 - ``POST /api/trace`` (vectors), ``/api/scale``, ``/api/mask``, ``/api/model/attentions``,
   ``/api/model/neuron``: validated by :mod:`qkv.explore.schemas`, computed by qkv.
+- ``POST /api/farback``, ``/api/cost/growth``; ``GET /api/farback/curves``,
+  ``/api/seq2seq/curves``: the lesson's measured claims (:mod:`qkv.explore.lesson_schemas`).
 
 Bad input is a 422 with a sentence for a person (``detail``) and one entry per problem
 (``errors``) — only for pydantic's validation errors and :class:`InputError`; any other
@@ -27,9 +29,17 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 import qkv
 
-from . import compute, lessons, seq2seq_service
+from . import compute, cost_service, farback_service, lessons, seq2seq_service
 from .errors import InputError, describe_validation_errors
 from .hosts import LOOPBACK_HOSTS, HostCheck
+from .lesson_schemas import (
+    FarbackCurvesResponse,
+    FarbackRequest,
+    FarbackResponse,
+    GrowthRequest,
+    GrowthResponse,
+    Seq2SeqCurvesResponse,
+)
 from .limits import BodyLimits
 from .model_service import ModelService, ModelUnavailable
 from .schemas import (
@@ -133,6 +143,7 @@ def create_app(allowed_hosts: list[str] | None = None,
         return JSONResponse(status_code=422, content={"detail": str(exc), "errors": []})
 
     @app.exception_handler(seq2seq_service.Seq2SeqUnavailable)
+    @app.exception_handler(farback_service.FarbackUnavailable)
     async def seq2seq_unavailable(request: Request, exc: Exception):
         return JSONResponse(status_code=503, content={"detail": str(exc), "errors": []})
 
@@ -206,6 +217,36 @@ def create_app(allowed_hosts: list[str] | None = None,
     def seq2seq(req: Seq2SeqRequest) -> dict:
         """The shipped seq2seq models (attention vs fixed context) decoding the input."""
         return seq2seq_service.decode(req.input)
+
+    @app.get("/api/seq2seq/curves", response_model=Seq2SeqCurvesResponse,
+             responses={503: {"model": ErrorResponse, "description": "checkpoints missing"}})
+    def seq2seq_curves() -> dict:
+        """Accuracy by input length of both shipped seq2seq models on held-out inputs."""
+        return seq2seq_service.curves()
+
+    @app.post("/api/farback", response_model=FarbackResponse,
+              responses={**BAD_INPUT, 503: {"model": ErrorResponse,
+                                            "description": "checkpoints missing"}})
+    def farback(req: FarbackRequest) -> dict:
+        """The shipped far-back models reading one series: predictions, the truth, and the
+        attention model's weights over the steps."""
+        return farback_service.read(req.seed, req.event_lag, req.event_sign,
+                                    req.distractor_lags)
+
+    @app.get("/api/farback/curves", response_model=FarbackCurvesResponse,
+             responses={503: {"model": ErrorResponse, "description": "checkpoints missing"}})
+    def farback_curves() -> dict:
+        """Accuracy by lag of the three shipped far-back models on the held-out set."""
+        return farback_service.curves()
+
+    @app.post("/api/cost/growth", response_model=GrowthResponse,
+              responses={**BAD_INPUT, 503: {"model": ErrorResponse,
+                                            "description": "checkpoints missing"}})
+    def cost_growth(req: GrowthRequest) -> dict:
+        """Time against n: small n timed now, large n from the shipped `qkv bench scaling`
+        results; and the shipped models' held-out scores (what the n² buys)."""
+        return {"live": cost_service.live(req.max_n, req.budget, req.repeats),
+                "shipped": cost_service.shipped(), "evidence": cost_service.evidence()}
 
     @app.post("/api/model/attentions", response_model=AttentionsResponse,
               responses={**BAD_INPUT, **NO_MODEL})

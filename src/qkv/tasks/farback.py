@@ -35,14 +35,18 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import numpy as np
 
 from ..nn import GRU, Linear, MultiHeadAttention, relu, relu_backward, softmax_cross_entropy
 from ..nn._base import Layer, as_rng, check_dtype, positive_int, prefixed
+from . import checkpoint as ckpt
 from .training import cosine_lr, train_each, train_steps
 
 KINDS = ("attention", "recency", "gru")
+TASK = "farback"
+DATA = Path(__file__).parent / "data"
 
 
 @dataclass(frozen=True)
@@ -314,6 +318,55 @@ class FarbackModel:
         e = self.embed(x)
         q = np.broadcast_to(self.extra["query"], (x.shape[0], 1, self.config.d_model))
         return self.attn.attention_weights(q, context=e)[:, 0, 0]
+
+    # -- checkpoints ------------------------------------------------------------------------
+    def save(self, path, metrics: dict | None = None) -> Path:
+        return ckpt.save(path, {f"model.{n}": a for n, a in self.params.items()},
+                         {"task": TASK, "kind": self.kind, "config": self.config.to_dict(),
+                          "metrics": metrics or {}})
+
+    @staticmethod
+    def pinned_shapes(config: FarbackConfig, kind: str) -> dict[str, tuple[int, ...]]:
+        """The parameter shapes that fix the sizes in ``config`` the model allocates (d_in
+        through n_types, d_model), checked in a checkpoint's header before a model is built.
+        The window is not among them: every model reads a series of any length."""
+        c, d = config, config.d_model
+        first = {"gru": ("gru.w_ih", (c.d_in, 3 * d))}.get(kind, ("embed.weight", (c.d_in, d)))
+        return {first[0]: first[1], "head.weight": (d, 2)}
+
+    @classmethod
+    def load(cls, path) -> FarbackModel:
+        """The model saved at ``path``; a :class:`~qkv.tasks.checkpoint.CheckpointError` naming
+        the file for anything truncated, edited or inconsistent."""
+
+        def check(meta, shapes):
+            if meta.get("task") != TASK or meta.get("kind") not in KINDS:
+                raise ckpt.CheckpointError(f"a checkpoint of task {meta.get('task')!r} "
+                                           f"(kind {meta.get('kind')!r}), not {TASK!r}")
+            config = ckpt.config_from(FarbackConfig, meta.get("config"))
+            ckpt.expect_shapes(shapes, {f"model.{n}": s for n, s in
+                                        cls.pinned_shapes(config, meta["kind"]).items()},
+                               "config")
+            if not isinstance(meta.get("metrics", {}), dict):
+                raise ckpt.CheckpointError("metrics must be a JSON object")
+
+        tensors, meta = ckpt.load(path, check=check)
+        with ckpt.reading(path):
+            model = cls(ckpt.config_from(FarbackConfig, meta["config"]), meta["kind"])
+            ckpt.expect_tensors(tensors, {f"model.{n}": p for n, p in model.params.items()})
+            for name, p in model.params.items():
+                p[...] = tensors[f"model.{name}"]
+        model.metrics = meta.get("metrics", {})
+        return model
+
+
+def load_pretrained(kind: str = "attention") -> FarbackModel:
+    """The shipped model of ``kind`` ("attention", "recency" or "gru"), trained by
+    ``qkv train farback --seed 0 --save-dir DIR`` and copied into ``qkv/tasks/data`` (see
+    docs/seeds.md); ``.metrics`` holds its held-out scores by lag."""
+    if kind not in KINDS:
+        raise ValueError(f"load_pretrained: kind must be one of {KINDS}, got {kind!r}")
+    return FarbackModel.load(DATA / f"farback-{kind}.safetensors")
 
 
 def train(model: FarbackModel, on_step=None) -> list[float]:
