@@ -59,7 +59,7 @@ def live(max_n: int, budget: float, repeats: int, seed: int = 0) -> dict:
                 points[m].append({"n": n, "seconds": seconds, "source": "live"})
     return {"d": d, "dtype": "float32", "window": scaling.WINDOW, "state": scaling.STATE,
             "budget_seconds": budget, "repeats": repeats, "fit_from": LIVE_FIT_FROM,
-            "methods": {m: _fitted(points[m], LIVE_FIT_FROM, stopped[m]) for m in METHODS}}
+            "methods": [_fitted(m, points[m], LIVE_FIT_FROM, stopped[m]) for m in METHODS]}
 
 
 def shipped() -> dict:
@@ -67,19 +67,19 @@ def shipped() -> dict:
     marked as shipped, slopes refitted here on the same n ≥ fit_from as the command."""
     data = scaling.shipped()
     fit_from = data["config"]["fit_from"]
-    methods = {}
+    methods = []
     for m in METHODS:
         pts = [{"n": p["n"], "seconds": p["seconds"], "source": "shipped"}
                for p in data["methods"][m]["points"]]
-        methods[m] = _fitted(pts, fit_from, data["methods"][m]["stopped"])
+        methods.append(_fitted(m, pts, fit_from, data["methods"][m]["stopped"]))
     return {"command": scaling.SHIPPED_COMMAND, "d": data["config"]["d"],
             "dtype": data["config"]["dtype"], "window": data["config"]["window"],
             "repeats": data["config"]["repeats"], "fit_from": fit_from, "methods": methods}
 
 
-def _fitted(points: list[dict], fit_from: int, stopped) -> dict:
+def _fitted(method: str, points: list[dict], fit_from: int, stopped) -> dict:
     fit = [p for p in points if p["n"] >= fit_from]
-    return {"points": points, "stopped": stopped,
+    return {"method": method, "points": points, "stopped": stopped,
             "slope": scaling.slope([p["n"] for p in fit], [p["seconds"] for p in fit])}
 
 

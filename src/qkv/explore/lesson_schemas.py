@@ -46,6 +46,12 @@ class FarbackPrediction(BaseModel):
     correct: bool
 
 
+class FarbackPredictions(BaseModel):
+    attention: FarbackPrediction
+    recency: FarbackPrediction
+    gru: FarbackPrediction
+
+
 class FarbackAttention(BaseModel):
     top_lag: int = Field(description="the lag of the step with the largest weight")
     weight_on_event: float
@@ -63,7 +69,7 @@ class FarbackResponse(BaseModel):
     event: FarbackEvent
     distractor_lags: list[int] = Field(description="blocks (size ≥ 3) of other types, "
                                        "most recent first")
-    models: dict[str, FarbackPrediction] = Field(description="attention, recency, gru")
+    models: FarbackPredictions
     weights: list[float] = Field(description="the attention model's query over the steps "
                                  "(window,), oldest first; sums to 1")
     attention: FarbackAttention
@@ -80,9 +86,15 @@ class FarbackCurve(BaseModel):
     by_lag: list[LagBucket]
 
 
+class FarbackCurves(BaseModel):
+    attention: FarbackCurve
+    recency: FarbackCurve
+    gru: FarbackCurve
+
+
 class FarbackCurvesResponse(BaseModel):
     held_out: int = Field(description="held-out series scored")
-    models: dict[str, FarbackCurve]
+    models: FarbackCurves
     top_weight_on_event: float = Field(description="share of held-out series whose largest "
                                        "attention weight is on the event")
     mean_weight_on_event: float
@@ -96,11 +108,16 @@ class LengthBucket(BaseModel):
     exact_match: float
 
 
+class Seq2SeqCurves(BaseModel):
+    attention: list[LengthBucket]
+    fixed: list[LengthBucket]
+
+
 class Seq2SeqCurvesResponse(BaseModel):
     per_bucket: int = Field(description="held-out sequences per length bucket")
     trained_lengths: list[int]
     long_example: str = Field(description="a held-out-style input of the longest trained length")
-    models: dict[str, list[LengthBucket]] = Field(description="attention, fixed")
+    models: Seq2SeqCurves
 
 
 # -- cost: time against n ------------------------------------------------------------------------
@@ -119,6 +136,7 @@ class TimePoint(BaseModel):
 
 
 class TimeSeries(BaseModel):
+    method: Literal["qkv dense", "qkv causal", "qkv window", "ssm scan"]
     points: list[TimePoint]
     stopped: str | None = Field(description="why the curve stops before the last n, if it does")
     slope: float | None = Field(description="least-squares slope of log time on log n for "
@@ -131,8 +149,8 @@ class GrowthRun(BaseModel):
     window: int
     repeats: int
     fit_from: int
-    methods: dict[str, TimeSeries] = Field(description="qkv dense, qkv causal, qkv window, "
-                                           "ssm scan")
+    methods: list[TimeSeries] = Field(description="qkv dense, qkv causal, qkv window, "
+                                      "ssm scan, in this order")
 
 
 class LiveRun(GrowthRun):
@@ -155,9 +173,20 @@ class LengthScore(BaseModel):
     token_accuracy: float
 
 
+class FarbackScores(BaseModel):
+    attention: FarbackScore
+    recency: FarbackScore
+    gru: FarbackScore
+
+
+class LengthScores(BaseModel):
+    attention: list[LengthScore]
+    fixed: list[LengthScore]
+
+
 class Evidence(BaseModel):
-    farback: dict[str, FarbackScore]
-    seq2seq: dict[str, list[LengthScore]]
+    farback: FarbackScores
+    seq2seq: LengthScores
     farback_held_out: int
     seq2seq_per_bucket: int
 
