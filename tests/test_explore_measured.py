@@ -111,7 +111,7 @@ def test_farback_refuses_bad_input_with_a_422(client, body, says):
 
 # -- curves --------------------------------------------------------------------------------------
 def test_farback_curves_are_the_held_out_scores_of_the_shipped_models(client):
-    body = client.get("/api/farback/curves").json()
+    body = client.post("/api/farback/curves", json={}).json()
     assert body["held_out"] == 2000
     for kind in farback.KINDS:  # the scores stored at training, by farback.evaluate, same set
         stored = farback.load_pretrained(kind).metrics
@@ -126,8 +126,14 @@ def test_farback_curves_are_the_held_out_scores_of_the_shipped_models(client):
             assert small["top_weight_on_event"] == want["top_weight_on_event"]
 
 
+def test_curves_take_an_empty_body(client):
+    for path in ("/api/farback/curves", "/api/seq2seq/curves"):
+        response = client.post(path, json={"n": 5})
+        assert response.status_code == 422 and response.json()["detail"].startswith("n: ")
+
+
 def test_seq2seq_curves_are_evaluate_on_the_held_out_set(client):
-    body = client.get("/api/seq2seq/curves").json()
+    body = client.post("/api/seq2seq/curves", json={}).json()
     assert body["per_bucket"] == 200 and len(body["long_example"]) == 40
     small = seq2seq_service.curves(12)
     config = seq2seq.load_pretrained("fixed").config

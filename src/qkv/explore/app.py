@@ -4,8 +4,8 @@
   package once at start-up (no endpoint touches the file system afterwards, none writes).
 - ``POST /api/trace`` (vectors), ``/api/scale``, ``/api/mask``, ``/api/model/attentions``,
   ``/api/model/neuron``: validated by :mod:`qkv.explore.schemas`, computed by qkv.
-- ``POST /api/farback``, ``/api/cost/growth``; ``GET /api/farback/curves``,
-  ``/api/seq2seq/curves``: the lesson's measured claims (:mod:`qkv.explore.lesson_schemas`).
+- ``POST /api/farback``, ``/api/farback/curves``, ``/api/seq2seq/curves``, ``/api/cost/growth``:
+  the lesson's measured claims (:mod:`qkv.explore.lesson_schemas`).
 
 Bad input is a 422 with a sentence for a person (``detail``) and one entry per problem
 (``errors``) — only for pydantic's validation errors and :class:`InputError`; any other
@@ -33,6 +33,7 @@ from . import compute, cost_service, farback_service, lessons, seq2seq_service
 from .errors import InputError, describe_validation_errors
 from .hosts import LOOPBACK_HOSTS, HostCheck
 from .lesson_schemas import (
+    CurvesRequest,
     FarbackCurvesResponse,
     FarbackRequest,
     FarbackResponse,
@@ -218,9 +219,10 @@ def create_app(allowed_hosts: list[str] | None = None,
         """The shipped seq2seq models (attention vs fixed context) decoding the input."""
         return seq2seq_service.decode(req.input)
 
-    @app.get("/api/seq2seq/curves", response_model=Seq2SeqCurvesResponse,
-             responses={503: {"model": ErrorResponse, "description": "checkpoints missing"}})
-    def seq2seq_curves() -> dict:
+    @app.post("/api/seq2seq/curves", response_model=Seq2SeqCurvesResponse,
+              responses={**BAD_INPUT, 503: {"model": ErrorResponse,
+                                            "description": "checkpoints missing"}})
+    def seq2seq_curves(req: CurvesRequest) -> dict:
         """Accuracy by input length of both shipped seq2seq models on held-out inputs."""
         return seq2seq_service.curves()
 
@@ -233,9 +235,10 @@ def create_app(allowed_hosts: list[str] | None = None,
         return farback_service.read(req.seed, req.event_lag, req.event_sign,
                                     req.distractor_lags)
 
-    @app.get("/api/farback/curves", response_model=FarbackCurvesResponse,
-             responses={503: {"model": ErrorResponse, "description": "checkpoints missing"}})
-    def farback_curves() -> dict:
+    @app.post("/api/farback/curves", response_model=FarbackCurvesResponse,
+              responses={**BAD_INPUT, 503: {"model": ErrorResponse,
+                                            "description": "checkpoints missing"}})
+    def farback_curves(req: CurvesRequest) -> dict:
         """Accuracy by lag of the three shipped far-back models on the held-out set."""
         return farback_service.curves()
 

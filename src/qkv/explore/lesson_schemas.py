@@ -22,6 +22,10 @@ Lag = Annotated[int, Field(strict=True, ge=1, le=MAX_LAG,
                            description="steps back from the end: 1 is the last step")]
 
 
+class CurvesRequest(_Strict):
+    """No fields: the curves are of the shipped models on their held-out set (send ``{}``)."""
+
+
 # -- far back ----------------------------------------------------------------------------------
 class FarbackRequest(_Strict):
     """A series of the far-back task: sampled from ``seed``, then optionally edited."""
@@ -116,6 +120,7 @@ class Seq2SeqCurves(BaseModel):
 class Seq2SeqCurvesResponse(BaseModel):
     per_bucket: int = Field(description="held-out sequences per length bucket")
     trained_lengths: list[int]
+    d_hidden: int = Field(description="the size of the fixed model's one context vector")
     long_example: str = Field(description="a held-out-style input of the longest trained length")
     models: Seq2SeqCurves
 

@@ -93,6 +93,7 @@ def curves(per_bucket: int = 200) -> dict:
             _curves[per_bucket] = {
                 "per_bucket": per_bucket,
                 "trained_lengths": [config.min_len, config.max_len],
+                "d_hidden": config.d_hidden,
                 "long_example": "".join(LETTERS[int(t)] for t in src),
                 "models": {kind: seq2seq.evaluate(model, sets) for kind, model in models.items()}}
         return _curves[per_bucket]
