@@ -7,12 +7,16 @@ const errors = {};
 /** Remember view's error (an ApiError or any Error) and show it if the view is open. */
 export function showError(view, err) {
   errors[view] = err.status ? `${err.message} (HTTP ${err.status})` : err.message;
+  const section = $(`#view-${view}`);
+  if (section) section.dataset.stale = "1"; // what it shows is from before the error
   renderError();
 }
 
 /** The view's last request succeeded: forget its error. */
 export function clearError(view) {
   delete errors[view];
+  const section = $(`#view-${view}`);
+  if (section) delete section.dataset.stale;
   renderError();
 }
 

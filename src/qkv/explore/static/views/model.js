@@ -1,4 +1,4 @@
-// View 8 · A real model: MiniLM (or any model the server was started with) running on qkv.
+// View 9 · A real model: MiniLM (or any model the server was started with) running on qkv.
 // Every layer's and head's weights as thumbnails, one head as a heat map, and the neuron view
 // of one token: qkv.explain of that head's q, k, v (POST /api/model/attentions, /neuron).
 import { Channel } from "../core/api.js";
