@@ -144,7 +144,7 @@ def test_the_page_reads_only_fields_its_views_declare(page):  # noqa: F811
 
     page.add_init_script("window.qkvRecordReads = true")
     for view in ("projections", "vectors", "scale", "masks", "mistakes", "cost", "seq2seq",
-                 "model"):
+                 "farback", "model"):
         page.goto(f"{page.base}#view={view}")
         idle(page)
     page.goto(f"{page.base}#view=mistakes")
