@@ -15,7 +15,7 @@ function axis(spec, values, lo, hi) {
 }
 
 /**
- * opts: testid, label (for screen readers), x and y: {label, log, domain [lo, hi], ticks
+ * opts: testid, label (for screen readers), left (the margin for the y ticks, 58), x and y: {label, log, domain [lo, hi], ticks
  * [values], format(v) → text}, series: [{name, color, dash, points: [{x, y, title, hollow}]}],
  * refY: optional {value, label} (a dashed horizontal line, e.g. chance), marks: optional
  * [{x, label}] (vertical lines). Each marker has data-testid `${testid}-${series}-${i}` and its
@@ -24,7 +24,7 @@ function axis(spec, values, lo, hi) {
 export function lineChart(opts) {
   const W = opts.width || 560;
   const H = opts.height || 280;
-  const m = { l: 58, r: 14, t: 12, b: 46 };
+  const m = { l: opts.left || 58, r: 14, t: 12, b: 46 };
   const xs = opts.series.flatMap((s) => s.points.map((p) => p.x));
   const ys = opts.series.flatMap((s) => s.points.map((p) => p.y));
   const fx = axis(opts.x, xs, m.l, W - m.r);

@@ -142,7 +142,7 @@ function renderGrowth(g) {
   const nMax = Math.max(...series.flatMap((s) => s.points.map((p) => p.x)));
   const xt = [];
   for (let n = 64; n <= nMax; n *= 4) xt.push(n);
-  const chart = lineChart({ testid: "cost-growth-chart", width: 600, height: 320,
+  const chart = lineChart({ testid: "cost-growth-chart", width: 600, height: 320, left: 78,
     label: "time against n, log–log: dense, causal, window and a state-space scan; filled dots timed live, hollow squares shipped",
     x: { label: "n (sequence length), log scale", log: true, domain: [48, nMax * 1.3], ticks: xt,
       format: (n) => (n >= 1024 ? `${n / 1024}k` : String(n)) },

@@ -192,11 +192,14 @@ function render(d) {
   $("#far-lag-value").textContent = `lag ${d.event.lag}`;
   $("#far-sign").textContent = `event sign ${signText(d.event.sign)} (flip)`;
   $("#far-distractors").value = d.distractor_lags.slice().sort((a, b) => a - b).join(", ");
+  const plot = scrollBox("the series and the attention weights (scrolls sideways)",
+    seriesPlot(d), "scroll far-scroll");
   $("#far-result").replaceChildren(
-    scrollBox("the series and the attention weights (scrolls sideways)", seriesPlot(d),
-      "scroll far-scroll"),
+    plot,
     modelsTable(d),
     el("div", { "data-testid": "far-words" }, sentences(d).map((s) => el("p", {}, s))));
+  // on a narrow screen the plot scrolls: start with the event in view
+  plot.scrollLeft = ((d.window - d.event.lag) / d.window) * plot.scrollWidth - plot.clientWidth / 2;
   announce(sentences(d).join(" "));
 }
 

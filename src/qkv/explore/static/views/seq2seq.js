@@ -70,6 +70,7 @@ function render(data) {
       el("p", {}, ["output: ", el("code", { "data-testid": `${kind}-output` }, letters),
         ` — ${r.correct} of ${r.length} right`]),
       scrollBox(`${kind}: cross-attention weights`, crossMap(kind, r, data.input)),
+      legend("seq2seq-legend"),
     ]);
   };
   $("#seq2seq-result").replaceChildren(
@@ -79,7 +80,7 @@ function render(data) {
     el("div", { cls: "steps" }, [
       side("attention", "attention: cross-attention weights (decoder steps × encoder positions)"),
       fixedSide(data),
-    ]), legend("seq2seq-legend"));
+    ]));
   shown = data;
   if (curves) renderCurves(curves);
   announce(`attention model: ${data.attention.correct} of ${data.attention.length} right; ` +
