@@ -142,15 +142,6 @@ def test_far_back_view_shows_what_the_models_compute(desk):
     check_everywhere(desk)
 
 
-def test_far_back_view_fits_a_phone(phone):
-    open_view(phone, "farback")
-    phone.get_by_test_id("far-curves-table").wait_for()
-    idle(phone)
-    assert_fits(phone, PHONE["width"])
-    check_everywhere(phone)
-    shot(phone, "phone-farback.png")
-
-
 @interaction("farback")
 def far_back_step(page, rng: random.Random) -> str:
     """One random thing to the far-back view: a new series, a seed (sometimes invalid), the
@@ -233,15 +224,6 @@ def test_cost_view_times_n_live_and_shipped_with_scalings_slopes(desk):
     shot(desk, "cost-growth.png")
 
 
-def test_cost_growth_fits_a_phone(phone):
-    open_view(phone, "cost")
-    phone.get_by_test_id("cost-slopes").wait_for()
-    idle(phone)
-    assert_fits(phone, PHONE["width"])
-    check_everywhere(phone)
-    shot(phone, "phone-cost-growth.png")
-
-
 # -- encoder–decoder: accuracy by length, and the bottleneck at first look -----------------------
 def test_encoder_decoder_shows_the_bottleneck_first_and_the_held_out_curve(desk):
     open_view(desk, "seq2seq")
@@ -272,10 +254,15 @@ def test_encoder_decoder_shows_the_bottleneck_first_and_the_held_out_curve(desk)
     check_everywhere(desk)
 
 
-def test_encoder_decoder_fits_a_phone(phone):
-    open_view(phone, "seq2seq")
-    phone.get_by_test_id("seq2seq-curve-table").wait_for()
+@pytest.mark.parametrize("view, ready, name", [
+    ("farback", "far-curves-table", "phone-farback.png"),
+    ("cost", "cost-slopes", "phone-cost-growth.png"),
+    ("seq2seq", "seq2seq-curve-table", "phone-seq2seq-curves.png"),
+])
+def test_the_lesson_views_fit_a_phone(phone, view, ready, name):
+    open_view(phone, view)
+    phone.get_by_test_id(ready).wait_for()
     idle(phone)
     assert_fits(phone, PHONE["width"])
     check_everywhere(phone)
-    shot(phone, "phone-seq2seq-curves.png")
+    shot(phone, name)

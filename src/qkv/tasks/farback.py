@@ -321,9 +321,7 @@ class FarbackModel:
 
     # -- checkpoints ------------------------------------------------------------------------
     def save(self, path, metrics: dict | None = None) -> Path:
-        return ckpt.save(path, {f"model.{n}": a for n, a in self.params.items()},
-                         {"task": TASK, "kind": self.kind, "config": self.config.to_dict(),
-                          "metrics": metrics or {}})
+        return ckpt.save_model(path, self, TASK, metrics)
 
     @staticmethod
     def pinned_shapes(config: FarbackConfig, kind: str) -> dict[str, tuple[int, ...]]:
@@ -338,26 +336,7 @@ class FarbackModel:
     def load(cls, path) -> FarbackModel:
         """The model saved at ``path``; a :class:`~qkv.tasks.checkpoint.CheckpointError` naming
         the file for anything truncated, edited or inconsistent."""
-
-        def check(meta, shapes):
-            if meta.get("task") != TASK or meta.get("kind") not in KINDS:
-                raise ckpt.CheckpointError(f"a checkpoint of task {meta.get('task')!r} "
-                                           f"(kind {meta.get('kind')!r}), not {TASK!r}")
-            config = ckpt.config_from(FarbackConfig, meta.get("config"))
-            ckpt.expect_shapes(shapes, {f"model.{n}": s for n, s in
-                                        cls.pinned_shapes(config, meta["kind"]).items()},
-                               "config")
-            if not isinstance(meta.get("metrics", {}), dict):
-                raise ckpt.CheckpointError("metrics must be a JSON object")
-
-        tensors, meta = ckpt.load(path, check=check)
-        with ckpt.reading(path):
-            model = cls(ckpt.config_from(FarbackConfig, meta["config"]), meta["kind"])
-            ckpt.expect_tensors(tensors, {f"model.{n}": p for n, p in model.params.items()})
-            for name, p in model.params.items():
-                p[...] = tensors[f"model.{name}"]
-        model.metrics = meta.get("metrics", {})
-        return model
+        return ckpt.load_model(path, cls, TASK, KINDS, FarbackConfig)
 
 
 def load_pretrained(kind: str = "attention") -> FarbackModel:

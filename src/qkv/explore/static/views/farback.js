@@ -255,6 +255,9 @@ export function mount(section) {
   $("#far-lag").addEventListener("input", () => {
     state.far.lag = Number($("#far-lag").value);
     $("#far-lag-value").textContent = `lag ${state.far.lag}`;
+    if (Array.isArray(state.far.distractors)) { // the event takes the step over
+      state.far.distractors = state.far.distractors.filter((d) => d !== state.far.lag);
+    }
     again();
   });
   $("#far-sign").addEventListener("click", () => {
