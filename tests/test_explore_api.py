@@ -439,7 +439,17 @@ def test_trace_shows_the_exp_step_with_the_seeds_rounded_sum(client):
     exp = body["exp"]
     assert exp["exp"][0] == pytest.approx(np.exp(trace.scaled[0]).tolist(), rel=1e-15)
     assert exp["sum"][0] == pytest.approx(math.exp(trace.lse[0]), rel=1e-14)
-    assert round(exp["sum"][0], 3) == 4.669 and exp["seed_sum"][0] == pytest.approx(4.668)
+    assert round(exp["sum"][0], 3) == 4.669
+    # the seed's hand computation, from qkv's numbers rounded as the seed rounds them
+    seed = body["seed"]
+    assert seed["exp_rounded"] == [2.028, 1.0, 1.64] and round(seed["sum"], 3) == 4.668
+    assert seed["weights_rounded"] == [0.434, 0.214, 0.351]
+    assert seed["output"] == pytest.approx([1.219, 0.779], abs=1e-12)
+    # any other input (or the seed's at another scale, or masked) gets no remark about the seed
+    for other in ({"queries": [[1.0, 0.1]]}, {"scale": 1.0},
+                  {"mask": {"presets": [{"kind": "causal"}]}}):
+        assert client.post("/api/trace", json=other).json()["seed"] is None, other
+    assert client.post("/api/trace", json={"scale": 1 / math.sqrt(2)}).json()["seed"]
     # huge scores: shown shifted by the row's max (softmax is shift-invariant), never inf
     big = client.post("/api/trace", json={"queries": [[1e6]], "keys": [[1e6], [0.0]],
                                           "values": [[1.0], [2.0]]}).json()["exp"]

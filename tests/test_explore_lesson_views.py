@@ -195,9 +195,9 @@ def test_far_back_survives_seeded_random_interactions(desk):
 # -- cost: time against n ------------------------------------------------------------------------
 def test_cost_view_times_n_live_and_shipped_with_scalings_slopes(desk):
     open_view(desk, "cost")
-    desk.get_by_test_id("cost-slopes").wait_for()
+    desk.get_by_test_id("growth-slopes").wait_for()
     idle(desk)
-    dots = desk.locator("[data-testid^='cost-growth-chart-']").evaluate_all(
+    dots = desk.locator("[data-testid^='growth-chart-']").evaluate_all(
         "els => els.map(e => [e.dataset.testid, +e.dataset.x, +e.dataset.y])")
     series: dict[int, list[tuple[float, float]]] = {}
     for testid, x, y in dots:
@@ -208,13 +208,13 @@ def test_cost_view_times_n_live_and_shipped_with_scalings_slopes(desk):
     for k, method in enumerate(methods):  # series 0–3 shipped, 4–7 live, same order
         assert series[k] == [(p["n"], p["seconds"]) for p in shipped["methods"][method]["points"]]
         fit = [(n, t) for n, t in series[k] if n >= shipped["config"]["fit_from"]]
-        assert shown(desk, f"cost-slope-shipped-{k}")[f"cost-slope-shipped-{k}"][0] == \
+        assert shown(desk, f"growth-slope-shipped-{k}")[f"growth-slope-shipped-{k}"][0] == \
             scaling.slope(*zip(*fit, strict=True))
         live = [(n, t) for n, t in series[k + 4] if n >= 512]
         assert series[k + 4] and all(n <= 2048 for n, _ in series[k + 4])
-        assert shown(desk, f"cost-slope-live-{k}")[f"cost-slope-live-{k}"][0] == \
+        assert shown(desk, f"growth-slope-live-{k}")[f"growth-slope-live-{k}"][0] == \
             pytest.approx(scaling.slope(*zip(*live, strict=True)), rel=1e-12)
-    buys = desk.get_by_test_id("cost-buys").text_content()
+    buys = desk.get_by_test_id("growth-buys").text_content()
     for kind in KINDS:
         assert f"{farback.load_pretrained(kind).metrics['accuracy']:.3f}" in buys
     for kind in ("attention", "fixed"):
@@ -256,7 +256,7 @@ def test_encoder_decoder_shows_the_bottleneck_first_and_the_held_out_curve(desk)
 
 @pytest.mark.parametrize("view, ready, name", [
     ("farback", "far-curves-table", "phone-farback.png"),
-    ("cost", "cost-slopes", "phone-cost-growth.png"),
+    ("cost", "growth-slopes", "phone-cost-growth.png"),
     ("seq2seq", "seq2seq-curve-table", "phone-seq2seq-curves.png"),
 ])
 def test_the_lesson_views_fit_a_phone(phone, view, ready, name):

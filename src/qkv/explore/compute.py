@@ -11,6 +11,9 @@ import numpy as np
 import qkv
 
 from .schemas import (
+    SEED_KEYS,
+    SEED_QUERIES,
+    SEED_VALUES,
     CausalPreset,
     DocumentsPreset,
     MaskRequest,
@@ -135,8 +138,6 @@ def exp_step(trace: qkv.Trace) -> dict:
 
     When a row's scores are too large for e^x (past e^700), the row is shown shifted by its
     largest score, as softmax itself computes it: e^(scaled − max) — the weights are the same.
-    ``seed_sum`` adds the exponentials rounded to 3 decimals, as the seed does by hand (it
-    prints 4.668 where the unrounded sum is 4.669).
     """
     scaled = np.atleast_2d(trace.scaled)  # (Nq, Nk)
     allowed = np.atleast_2d(trace.allowed)
@@ -146,8 +147,27 @@ def exp_step(trace: qkv.Trace) -> dict:
     base = np.where(np.isfinite(base), base, 0.0)
     exps = np.where(allowed, np.exp(np.where(allowed, scaled - base, 0.0)), 0.0)  # (Nq, Nk)
     sums = exps.sum(axis=-1)
-    return {"exp": exps.tolist(), "sum": sums.tolist(), "shifted": shifted.tolist(),
-            "seed_sum": np.round(exps, 3).sum(axis=-1).tolist()}
+    return {"exp": exps.tolist(), "sum": sums.tolist(), "shifted": shifted.tolist()}
+
+
+def is_seed_example(req: TraceRequest) -> bool:
+    """Are these the seed's worked example's inputs, at its scale 1/√2 and with no mask?"""
+    default_scale = req.scale is None or req.scale == 1 / math.sqrt(2)
+    no_mask = req.mask is None or not (req.mask.presets or req.mask.overrides)
+    return (req.queries == SEED_QUERIES and req.keys == SEED_KEYS and req.values == SEED_VALUES
+            and default_scale and no_mask)
+
+
+def seed_by_hand(trace: qkv.Trace) -> dict:
+    """The seed's hand computation of its worked examples, from qkv's numbers rounded as the
+    seed rounds them (3 decimals): Σ of the rounded e^x (4.668, where the exact sum is 4.669),
+    and the rounded weights times V ((1.219, 0.779), where the exact output is
+    (1.2202, 0.7798))."""
+    exp_rounded = np.round(np.exp(trace.scaled[0]), 3)  # (Nk,)
+    weights_rounded = np.round(trace.weights[0], 3)  # (Nk,)
+    return {"exp_rounded": exp_rounded.tolist(), "sum": float(exp_rounded.sum()),
+            "weights_rounded": weights_rounded.tolist(),
+            "output": (weights_rounded @ trace.v).tolist()}
 
 
 def vectors_trace(req: TraceRequest) -> dict:
@@ -158,7 +178,7 @@ def vectors_trace(req: TraceRequest) -> dict:
     mask = build_mask(req.mask, len(q), len(k))
     trace = qkv.explain(q, k, v, mask=mask, scale=req.scale)
     return {"trace": trace.to_dict(), "row_sums": _row_sums(trace), "d_k": q.shape[1],
-            "exp": exp_step(trace)}
+            "exp": exp_step(trace), "seed": seed_by_hand(trace) if is_seed_example(req) else None}
 
 
 def gradient_share(weights: np.ndarray) -> list[float]:
@@ -166,6 +186,66 @@ def gradient_share(weights: np.ndarray) -> list[float]:
     through softmax (the Jacobian's diagonal). It vanishes as w_j → 0 or 1."""
     w = np.asarray(weights, dtype=np.float64)
     return (w * (1.0 - w)).tolist()
+
+
+# A gradient w(1 − w) below this has "nearly vanished": the key's score barely learns. (At the
+# seed's [8, 0] unscaled it is 3.4e-4; at [1, 0] it is 0.197.)
+VANISHED = 1e-3
+
+
+def _num(x: float) -> str:
+    """A weight or gradient as the page writes it: 3 decimals, or 1.2e-5 when that is 0.000."""
+    if x == 0:
+        return "0 (too small for float64)"
+    return f"{x:.1e}" if abs(x) < 5e-4 else f"{x:.3f}"
+
+
+def scale_sentences(ex: dict) -> dict:
+    """The scale view's heading and summary, written from its numbers (``ex`` is the
+    "example" answer): how far apart the scores are in standard deviations of q · k (√d_k at
+    the reference d_k), and what the key falling behind keeps — weight and gradient — without
+    and with the scale. Words follow the numbers: "vanished" only below :data:`VANISHED`."""
+    scores = ex["scores"]
+    spread = math.sqrt(ex["reference_d_k"])  # std of q · k for N(0, 1) entries
+    top = sorted(scores, reverse=True)
+    gap = (top[0] - top[1]) / spread
+    count = {2: "Two", 3: "Three"}.get(len(scores), str(len(scores)))
+    listed = ", ".join(f"{x:g}" for x in scores)
+    if gap == 0:
+        apart = "the top two are equal"
+    else:
+        apart = (f"the top two are {gap:.3g} standard deviation{'' if gap == 1 else 's'} apart "
+                 f"(one standard deviation of q · k at d_k = {ex['reference_d_k']} is "
+                 f"√{ex['reference_d_k']} = {spread:g})")
+    heading = f"{count} keys, scores [{listed}] at d_k = {ex['reference_d_k']}: {apart}"
+
+    j = min(range(len(scores)), key=lambda i: ex["unscaled_weights"][i])  # falls behind most
+    uw, ug = ex["unscaled_weights"][j], ex["unscaled_gradient"][j]
+    sw, sg = ex["weights"][j], ex["gradient"][j]
+    tau, d_k = ex["temperature"], ex["d_k"]
+    divided = "√d_k" if tau == 1 else "τ·√d_k"
+    parts = []
+    if d_k == 1:
+        parts.append("At d_k = 1, √d_k = 1: dividing by it changes nothing, so both rows are "
+                     "the same.")
+    if ug < VANISHED:
+        parts.append(f"Unscaled, key {j} gets weight {_num(uw)} and gradient {_num(ug)}: its "
+                     "gradient has nearly vanished (softmax is close to a hard argmax).")
+    else:
+        parts.append(f"Unscaled, key {j} still gets weight {_num(uw)} and gradient {_num(ug)}: "
+                     f"at d_k = {d_k} the raw scores are not far enough apart for its gradient "
+                     "to vanish.")
+    if d_k > 1:
+        if sg < VANISHED:
+            why = (f"τ = {tau:g} below 1 sharpens the softmax again" if tau < 1 else
+                   "these scores are so far apart that even the scaled softmax is nearly hard")
+            parts.append(f"Divided by {divided} it gets only {_num(sw)} and gradient {_num(sg)}: "
+                         f"{why}.")
+        else:
+            helped = " — the scale is what keeps it learning" if ug < VANISHED else ""
+            parts.append(f"Divided by {divided} it keeps weight {_num(sw)} and gradient "
+                         f"{_num(sg)}{helped}.")
+    return {"heading": heading, "summary": " ".join(parts)}
 
 
 def scale_view(req: ScaleRequest) -> dict:
@@ -186,25 +266,28 @@ def scale_view(req: ScaleRequest) -> dict:
     scaled = qkv.explain(query, keys, keys, scale=scale)
     unscaled = qkv.explain(query, keys, keys, scale=1.0 / req.temperature)
 
+    example = {
+        "scores": req.scores,
+        "reference_d_k": req.reference_d_k,
+        "raw_scores": keys[:, 0].tolist(),
+        "scale": scale,
+        "d_k": req.d_k,
+        "temperature": req.temperature,
+        "scaled": scaled.scaled[0].tolist(),
+        "weights": scaled.weights[0].tolist(),
+        "unscaled_weights": unscaled.weights[0].tolist(),
+        "gradient": gradient_share(scaled.weights[0]),
+        "unscaled_gradient": gradient_share(unscaled.weights[0]),
+    }
+    example.update(scale_sentences(example))
+
     rng = np.random.default_rng(req.seed)
     q = rng.standard_normal((SCALE_QUERIES, req.d_k))
     k = rng.standard_normal((req.n_keys, req.d_k))
     raw = qkv.explain(q, k, k, scale=1.0 / req.temperature)
     divided = qkv.explain(q, k, k, scale=scale)
     return {
-        "example": {
-            "scores": req.scores,
-            "reference_d_k": req.reference_d_k,
-            "raw_scores": keys[:, 0].tolist(),
-            "scale": scale,
-            "d_k": req.d_k,
-            "temperature": req.temperature,
-            "scaled": scaled.scaled[0].tolist(),
-            "weights": scaled.weights[0].tolist(),
-            "unscaled_weights": unscaled.weights[0].tolist(),
-            "gradient": gradient_share(scaled.weights[0]),
-            "unscaled_gradient": gradient_share(unscaled.weights[0]),
-        },
+        "example": example,
         "random": {
             "d_k": req.d_k,
             "n_queries": SCALE_QUERIES,

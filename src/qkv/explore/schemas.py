@@ -109,12 +109,18 @@ class MaskSpec(_Strict):
 
 
 # -- view 2: vectors ------------------------------------------------------------------------------
+# The second seed's worked examples 1 and 2: q = (1, 0) against three keys, then their values.
+SEED_QUERIES = [[1.0, 0.0]]
+SEED_KEYS = [[1.0, 0.0], [0.0, 1.0], [0.7, 0.7]]
+SEED_VALUES = [[2.0, 0.0], [0.0, 2.0], [1.0, 1.0]]
+
+
 class TraceRequest(_Strict):
     """Queries, keys and values typed or dragged by the user (the seeds' example by default)."""
 
-    queries: Vectors = [[1.0, 0.0]]
-    keys: Vectors = [[1.0, 0.0], [0.0, 1.0], [0.7, 0.7]]
-    values: Vectors = [[2.0, 0.0], [0.0, 2.0], [1.0, 1.0]]
+    queries: Vectors = SEED_QUERIES
+    keys: Vectors = SEED_KEYS
+    values: Vectors = SEED_VALUES
     scale: Annotated[float, Field(strict=True, allow_inf_nan=False, ge=0, le=MAX_ABS)] | None = (
         Field(None, description="multiplies q·k; default 1/√d_k"))
     mask: MaskSpec | None = None
@@ -233,8 +239,18 @@ class ExpStep(BaseModel):
     exp: list = Field(description="(Nq, Nk) e^scaled, or e^(scaled − row max) when shifted")
     sum: list[float] = Field(description="(Nq,) each row's sum (= e^lse when not shifted)")
     shifted: list[bool] = Field(description="(Nq,) rows whose scores were too large for e^x")
-    seed_sum: list[float] = Field(description="(Nq,) the exps rounded to 3 decimals, added, "
-                                  "as the seed adds them by hand")
+
+
+class SeedByHand(BaseModel):
+    """The seed's worked examples 1 and 2 as it computes them by hand, from rounded numbers:
+    sent only when the inputs are the seed's own, so the page's remark about why the seed
+    prints 4.668 and (1.219, 0.779) appears only then."""
+
+    exp_rounded: list[float] = Field(description="e^scaled of q0's row, rounded to 3 decimals")
+    sum: float = Field(description="the rounded e^x values added: the seed's 4.668")
+    weights_rounded: list[float] = Field(description="q0's weights rounded to 3 decimals")
+    output: list[float] = Field(description="the rounded weights times V: the seed's "
+                                "(1.219, 0.779)")
 
 
 class TraceResponse(BaseModel):
@@ -244,6 +260,8 @@ class TraceResponse(BaseModel):
     row_sums: list[float]
     d_k: int
     exp: ExpStep
+    seed: SeedByHand | None = Field(description="the seed's hand computation, only when the "
+                                    "inputs are the seed's example (else null)")
 
 
 class ScaleExample(BaseModel):
@@ -260,6 +278,9 @@ class ScaleExample(BaseModel):
     unscaled_weights: list[float] = Field(description="softmax(raw_scores / τ)")
     gradient: list[float] = Field(description="w_j (1 − w_j) of the scaled weights")
     unscaled_gradient: list[float] = Field(description="w_j (1 − w_j) of the unscaled weights")
+    heading: str = Field(description="the scores in words: how many standard deviations apart")
+    summary: str = Field(description="what the key falling behind keeps, unscaled and scaled, "
+                         "in sentences written from these numbers")
 
 
 class ScaleRandom(BaseModel):

@@ -67,10 +67,11 @@ function recording(value, path, field) {
 }
 
 /** One endpoint for one view, at most one request in flight; a newer request replaces a
- * queued one. onResult(data, body) draws an answer; a failure goes to the view's error. */
+ * queued one. onResult(data, body) draws an answer; a failure goes to the view's error (and
+ * marks what the view shows as stale), then to onError(err, body) if given. */
 export class Channel {
-  constructor(view, path, onResult) {
-    Object.assign(this, { view, path, onResult, busy: false, queued: undefined });
+  constructor(view, path, onResult, onError = null) {
+    Object.assign(this, { view, path, onResult, onError, busy: false, queued: undefined });
   }
   send(body) {
     if (this.queued === undefined) setPending(+1);
@@ -92,6 +93,7 @@ export class Channel {
         this.onResult(data, body);
       } catch (err) {
         showError(this.view, err);
+        if (this.onError) this.onError(err, body);
       } finally {
         setPending(-1);
       }

@@ -93,9 +93,3 @@ export function lineChart(opts) {
   return el("figure", { cls: "chart-box" }, [chart, key, ...(opts.caption
     ? [el("figcaption", {}, opts.caption)] : [])]);
 }
-
-/** A box that scrolls sideways on a narrow screen, reachable by keyboard (a scrolling region
- * must be focusable) and named for screen readers. */
-export function scrollBox(label, child, cls = "scroll") {
-  return el("div", { cls, tabindex: "0", role: "region", "aria-label": label }, [child]);
-}

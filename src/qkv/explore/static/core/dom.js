@@ -40,6 +40,13 @@ function setAttrs(node, attrs) {
   }
 }
 
+/** A box that scrolls sideways when its content is wider than the screen (a phone): a named
+ * region the keyboard can reach, so its hidden part can be scrolled to (axe-core's
+ * scrollable-region-focusable). */
+export function scrollBox(children, label) {
+  return el("div", { cls: "scroll", tabindex: 0, role: "region", "aria-label": label }, children);
+}
+
 /** A number rounded for display only (the full value stays in data-value). null is −∞ (the
  * JSON form of a fully masked row's lse). */
 export function fmt(x, digits = 4) {

@@ -1,18 +1,23 @@
 // Tables of numbers: one matrix, its rows and columns named, each cell holding its full value
 // in data-value and its rounded text for people.
-import { el, fmt } from "./dom.js";
+import { el, fmt, scrollBox } from "./dom.js";
 import { COLORS, paint } from "./legend.js";
 
 /**
  * A matrix as a table in a scrolling box. Cells have data-testid `${name}-${i}-${j}`.
  * opts: digits (4), heat (colour by weight), allowed (rows × cols booleans: false cells are
  * marked masked), rowSums (+ sumId, default `${name}-rowsum`; sumDigits, default 3), colSums
- * (testids `${name}-colsum-${j}`).
+ * (testids `${name}-colsum-${j}`), dims (the names of its two axes, e.g. ["n_q", "n_k"]: the
+ * table's caption says its shape, "1 × 3 (n_q × n_k)").
  */
 export function matrixTable(name, matrix, rowPrefix, colPrefix, opts = {}) {
   const digits = opts.digits || 4;
   const sumId = opts.sumId || `${name}-rowsum`;
   const table = el("table", { cls: "matrix", "data-testid": `table-${name}` });
+  if (opts.dims) {
+    table.append(el("caption", { "data-testid": `shape-${name}` },
+      `${matrix.length} × ${matrix[0].length} (${opts.dims.join(" × ")})`));
+  }
   table.append(el("tr", {}, [el("th"), ...matrix[0].map((_, j) => el("th", {}, `${colPrefix}${j}`)),
     ...(opts.rowSums ? [el("th", {}, "Σ")] : [])]));
   matrix.forEach((row, i) => {
@@ -38,5 +43,5 @@ export function matrixTable(name, matrix, rowPrefix, colPrefix, opts = {}) {
     table.append(el("tr", {}, [el("th", {}, "Σ"), ...opts.colSums.map((x, j) =>
       el("td", { cls: "sum", "data-testid": `${name}-colsum-${j}`, "data-value": x }, fmt(x, 3)))]));
   }
-  return el("div", { cls: "scroll" }, [table]);
+  return scrollBox([table], `table ${name}`);
 }

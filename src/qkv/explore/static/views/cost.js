@@ -1,8 +1,8 @@
 // View 6 · Cost: n × n scores, the work and memory they take, and the tiles a mask lets qkv's
 // kernel skip (POST /api/cost: sizes, and qkv.engine.block_map's classification).
 import { Channel } from "../core/api.js";
-import { lineChart, PALETTE, scrollBox } from "../core/chart.js";
-import { announce, el } from "../core/dom.js";
+import { lineChart, PALETTE } from "../core/chart.js";
+import { announce, el, scrollBox } from "../core/dom.js";
 import { COLORS, heat, heatRGB, maskedRGB } from "../core/legend.js";
 import { state, writeURL } from "../core/state.js";
 
@@ -11,11 +11,15 @@ export const READS = {
   "/api/cost": ["n", "d", "entries", "flops_dense", "flops_qkv", "naive_bytes", "qkv_bytes",
     "tile", "workers", "tiles.empty", "tiles.partial", "tiles.full", "tiles.total", "grid",
     "mask_description"],
-  "/api/cost/growth": ["live.methods", "live.fit_from", "live.repeats", "live.budget_seconds",
-    "shipped.methods", "shipped.fit_from", "shipped.window", "shipped.command",
+  "/api/cost/growth": ["live.methods.method", "live.methods.points.n",
+    "live.methods.points.seconds", "live.methods.slope", "live.fit_from", "live.repeats",
+    "live.budget_seconds", "shipped.methods.method", "shipped.methods.points.n",
+    "shipped.methods.points.seconds", "shipped.methods.slope", "shipped.fit_from",
+    "shipped.window", "shipped.command",
     "evidence.farback.attention.accuracy", "evidence.farback.attention.worst_accuracy",
     "evidence.farback.gru.accuracy", "evidence.farback.recency.accuracy",
-    "evidence.farback_held_out", "evidence.seq2seq.attention", "evidence.seq2seq.fixed",
+    "evidence.farback_held_out", "evidence.seq2seq.attention.lengths",
+    "evidence.seq2seq.attention.token_accuracy", "evidence.seq2seq.fixed.token_accuracy",
     "evidence.seq2seq_per_bucket"],
 };
 
@@ -84,7 +88,7 @@ function render(data) {
   key.querySelector(".partial").style.background = heat(0.45);
   key.querySelector(".full").style.background = heat(1);
   $("#cost-result").replaceChildren(
-    el("div", { cls: "scroll" }, [table]),
+    scrollBox([table], "sizes, work and memory"),
     el("h4", {}, `the kernel's tiles for this mask (${data.mask_description}), from qkv.engine.block_map`),
     canvas, key);
   announce(`n ${data.n}: ${big(data.entries)} scores; naive memory ${bytes(data.naive_bytes)}, qkv ${bytes(data.qkv_bytes)}; ${t.empty} of ${t.total} tiles skipped`);
@@ -92,8 +96,8 @@ function render(data) {
 
 export function mount(section) {
   root = section;
-  $("#cost-growth-run").addEventListener("click", askGrowth);
-  $("#cost-growth-max").addEventListener("change", askGrowth);
+  $("#growth-run").addEventListener("click", askGrowth);
+  $("#growth-max").addEventListener("change", askGrowth);
   $("#cost-n").addEventListener("input", () => {
     state.cost.n = 2 ** Number($("#cost-n").value);
     writeURL();
@@ -120,7 +124,7 @@ const tick = (s) => (s >= 1 ? `${Math.round(s)} s` : `${+(s * 1e3).toPrecision(1
 const growthWord = (k) => (k >= 1.6 ? "about n²" : k <= 1.3 ? "about n" : "between n and n²");
 
 function askGrowth() {
-  growthChannel.send({ max_n: Number($("#cost-growth-max").value), repeats: 3 });
+  growthChannel.send({ max_n: Number($("#growth-max").value), repeats: 3 });
 }
 
 function renderGrowth(g) {
@@ -142,23 +146,23 @@ function renderGrowth(g) {
   const nMax = Math.max(...series.flatMap((s) => s.points.map((p) => p.x)));
   const xt = [];
   for (let n = 64; n <= nMax; n *= 4) xt.push(n);
-  const chart = lineChart({ testid: "cost-growth-chart", width: 600, height: 320, left: 78,
+  const chart = lineChart({ testid: "growth-chart", width: 600, height: 320, left: 78,
     label: "time against n, log–log: dense, causal, window and a state-space scan; filled dots timed live, hollow squares shipped",
     x: { label: "n (sequence length), log scale", log: true, domain: [48, nMax * 1.3], ticks: xt,
       format: (n) => (n >= 1024 ? `${n / 1024}k` : String(n)) },
     y: { label: "time, log scale", log: true, domain: [lo, hi], ticks: yt, format: tick },
     series, caption: "● timed live, just now, on this machine   ◻ shipped: " + g.shipped.command });
   const slopeRow = (m, k) => el("tr", {}, [el("th", {}, METHOD_LABEL[m.method]),
-    el("td", { "data-testid": `cost-slope-live-${k}`, "data-value": m.slope ?? "" },
+    el("td", { "data-testid": `growth-slope-live-${k}`, "data-value": m.slope },
       m.slope === null ? "too few points" : m.slope.toFixed(2)),
-    el("td", { "data-testid": `cost-slope-shipped-${k}`, "data-value": shipped[k].slope ?? "" },
+    el("td", { "data-testid": `growth-slope-shipped-${k}`, "data-value": shipped[k].slope },
       shipped[k].slope === null ? "too few points" : shipped[k].slope.toFixed(2)),
     el("td", {}, shipped[k].slope === null ? "—" : growthWord(shipped[k].slope))]);
-  const table = scrollBox("fitted slopes", el("table", { cls: "matrix", "data-testid": "cost-slopes" }, [
+  const table = scrollBox([el("table", { cls: "matrix", "data-testid": "growth-slopes" }, [
     el("caption", {}, "4 methods × fitted slope of log time on log n"),
     el("tr", {}, ["method", `live (n ≥ ${g.live.fit_from})`, `shipped (n ≥ ${g.shipped.fit_from.toLocaleString("en")})`, "grows"]
       .map((t) => el("th", {}, t))),
-    ...live.map(slopeRow)]));
+    ...live.map(slopeRow)])], "fitted slopes");
   // words from the numbers: growth, the crossover, the largest n
   const byName = Object.fromEntries(shipped.map((m) => [m.method, m]));
   const dense = byName["qkv dense"];
@@ -207,10 +211,10 @@ function renderGrowth(g) {
     `Encoder–decoder, inputs of ${bucket[0]}–${bucket[1]} symbols: attention gets ` +
     `${s2.attention[longest].token_accuracy.toFixed(3)} of the symbols right, the fixed context vector ` +
     `${s2.fixed[longest].token_accuracy.toFixed(3)} (${ev.seq2seq_per_bucket.toLocaleString("en")} held-out inputs per length bucket).`;
-  $("#cost-growth").replaceChildren(
+  $("#growth").replaceChildren(
     el("h4", {}, "Time against n: O(n²) against a linear scan"), chart, table,
-    el("div", { "data-testid": "cost-growth-words" }, words.map((w) => el("p", {}, w))),
-    el("p", { "data-testid": "cost-buys" }, buys));
+    el("div", { "data-testid": "growth-words" }, words.map((w) => el("p", {}, w))),
+    el("p", { "data-testid": "growth-buys" }, buys));
 }
 
 export function sync() {}

@@ -5,8 +5,8 @@
 // lag on the held-out set (POST /api/farback/curves). Every sentence is written from those
 // numbers.
 import { Channel } from "../core/api.js";
-import { announce, el, fmt, svg } from "../core/dom.js";
-import { lineChart, PALETTE, scrollBox } from "../core/chart.js";
+import { announce, el, fmt, scrollBox, svg } from "../core/dom.js";
+import { lineChart, PALETTE } from "../core/chart.js";
 import { defineState, state, writeURL } from "../core/state.js";
 
 export const name = "farback";
@@ -18,9 +18,12 @@ export const READS = {
     "models.gru.prediction", "models.gru.p_plus", "models.gru.correct",
     "weights", "attention.top_lag", "attention.weight_on_event",
     "attention.weight_on_distractors", "attention.max_distractor_weight"],
-  "/api/farback/curves": ["held_out", "models.attention.accuracy", "models.attention.by_lag",
-    "models.recency.accuracy", "models.recency.by_lag", "models.gru.accuracy",
-    "models.gru.by_lag", "top_weight_on_event", "mean_weight_on_event"],
+  "/api/farback/curves": ["held_out", "top_weight_on_event", "mean_weight_on_event",
+    "models.attention.accuracy", "models.attention.by_lag.lags",
+    "models.attention.by_lag.cases", "models.attention.by_lag.accuracy",
+    "models.recency.accuracy", "models.recency.by_lag.lags", "models.recency.by_lag.cases",
+    "models.recency.by_lag.accuracy", "models.gru.accuracy", "models.gru.by_lag.lags",
+    "models.gru.by_lag.cases", "models.gru.by_lag.accuracy"],
 };
 
 const KINDS = ["attention", "recency", "gru"];
@@ -146,11 +149,11 @@ function modelsTable(d) {
       el("td", { "data-testid": `far-p-${kind}`, "data-value": r.p_plus }, fmt(r.p_plus, 3)),
       el("td", { cls: r.correct ? "ok" : "bad" }, r.correct ? "right" : "wrong")]);
   });
-  return scrollBox("each model's answer", el("table", { cls: "matrix", "data-testid": "far-models" }, [
+  return scrollBox([el("table", { cls: "matrix", "data-testid": "far-models" }, [
     el("caption", {}, "3 models × this series: each model's answer"),
     el("tr", {}, ["model", "answers", "P(sign = +)", `truth ${signText(d.event.sign)}`]
       .map((t) => el("th", {}, t))),
-    ...rows]));
+    ...rows])], "each model's answer");
 }
 
 /** Sentences written from the answer's numbers. */
@@ -192,8 +195,8 @@ function render(d) {
   $("#far-lag-value").textContent = `lag ${d.event.lag}`;
   $("#far-sign").textContent = `event sign ${signText(d.event.sign)} (flip)`;
   $("#far-distractors").value = d.distractor_lags.slice().sort((a, b) => a - b).join(", ");
-  const plot = scrollBox("the series and the attention weights (scrolls sideways)",
-    seriesPlot(d), "scroll far-scroll");
+  const plot = scrollBox([seriesPlot(d)], "the series and the attention weights");
+  plot.classList.add("far-scroll"); // a phone scrolls it sideways
   $("#far-result").replaceChildren(
     plot,
     modelsTable(d),
@@ -216,7 +219,7 @@ function renderCurves(c) {
       color: PALETTE[k], points: c.models[kind].by_lag.map((b, i) => ({ x: mids[i], y: b.accuracy,
         title: `${LABEL[kind]}, lags ${b.lags[0]}–${b.lags[1]}: ${fmt(b.accuracy, 3)} of ${b.cases}` })) })),
   });
-  const table = scrollBox("held-out accuracy by lag", el("table", { cls: "matrix", "data-testid": "far-curves-table" }, [
+  const table = scrollBox([el("table", { cls: "matrix", "data-testid": "far-curves-table" }, [
     el("caption", {}, `3 models × ${buckets.length} lag buckets: held-out accuracy`),
     el("tr", {}, [el("th", {}, "model"), ...buckets.map((b) => el("th", {}, `lag ${b.lags[0]}–${b.lags[1]}`)),
       el("th", {}, "all")]),
@@ -224,7 +227,7 @@ function renderCurves(c) {
       ...c.models[kind].by_lag.map((b, i) => el("td", { "data-testid": `far-acc-${kind}-${i}`,
         "data-value": b.accuracy }, fmt(b.accuracy, 3))),
       el("td", { "data-testid": `far-acc-${kind}`, "data-value": c.models[kind].accuracy },
-        fmt(c.models[kind].accuracy, 3))]))]));
+        fmt(c.models[kind].accuracy, 3))]))])], "held-out accuracy by lag");
   const acc = (k) => c.models[k].accuracy;
   const lows = (k) => Math.min(...c.models[k].by_lag.map((b) => b.accuracy));
   const words = KINDS.map((k) => {

@@ -2,7 +2,7 @@
 // clicked cells flip; the grid's weights, the mask in sentences and as qkv code all come from
 // the server (POST /api/mask: qkv.masks and qkv.explain).
 import { Channel } from "../core/api.js";
-import { announce, el, fmt } from "../core/dom.js";
+import { announce, el, fmt, scrollBox } from "../core/dom.js";
 import { COLORS, legend, paint } from "../core/legend.js";
 import { state, writeURL } from "../core/state.js";
 
@@ -116,14 +116,42 @@ function render(data) {
   const notes = data.fully_masked_rows.length
     ? `rows ${data.fully_masked_rows.join(", ")} have no allowed key: weights 0 and output 0, not NaN.`
     : "every row has at least one allowed key and sums to 1.";
-  $("#mask-grid").replaceChildren(el("div", { cls: "scroll" }, [table]), legend("mask-legend"),
+  $("#mask-grid").replaceChildren(scrollBox([table], "the mask grid"), legend("mask-legend"),
     el("p", { cls: "note", "data-testid": "mask-note" }, notes));
   if (refocusCell) {
     const cell = $(`[data-testid="${refocusCell}"]`);
     if (cell) cell.focus();
     refocusCell = null;
   }
+  renderTask(data);
   announce(`${data.description} ${notes}`);
+}
+
+const TASK_TOKEN = 3; // the task: token 3 sees only itself
+
+/** "Make token 3 see only itself", from the answer's allowed pairs. */
+function renderTask(data) {
+  const box = $('[data-testid="task-self"]');
+  const i = TASK_TOKEN;
+  box.classList.remove("done");
+  if (data.tokens.length <= i) {
+    box.textContent = `There is no token ${i} yet: type at least ${i + 1} tokens.`;
+    return;
+  }
+  const name = (j) => `${j} “${data.tokens[j]}”`;
+  const allowed = data.trace.allowed[i].map((ok, j) => (ok ? j : -1)).filter((j) => j >= 0);
+  const others = allowed.filter((j) => j !== i);
+  if (others.length === 0 && allowed.length === 1) {
+    box.classList.add("done");
+    box.textContent = `✓ Token ${name(i)} sees only itself: its one weight is ` +
+      `${fmt(data.trace.weights[i][i], 3)}, and its output is its own value.`;
+  } else if (allowed.length === 0) {
+    box.textContent = `Token ${name(i)} sees nothing now (its row is all zeros): allow its own ` +
+      `cell, row ${i}, column ${i}.`;
+  } else {
+    box.textContent = `Not yet: token ${name(i)} may also attend to ${others.map(name).join(", ")}` +
+      (allowed.includes(i) ? "" : `, and not to itself`) + `: click those cells in row ${i}.`;
+  }
 }
 
 function toggleCell(i, j) {

@@ -42,7 +42,25 @@ function render(data) {
     el("div", { cls: "steps" }, [side("right", "right", data.right),
       side("wrong", "with the mistakes", data.wrong)]),
     legend("mistakes-legend"));
+  renderTask(data);
   announce(data.notes.join(". "));
+}
+
+const ONE = 1e-9; // a sum this close to 1 is 1 (float64 sums of n ≤ 16 weights)
+
+/** "Find the toggle that makes every column sum to 1", from the mistaken side's sums. */
+function renderTask(data) {
+  const box = $('[data-testid="task-columns"]');
+  const range = (xs) => `${fmt(Math.min(...xs), 3)} to ${fmt(Math.max(...xs), 3)}`;
+  const cols = data.wrong.col_sums;
+  const rows = data.wrong.row_sums;
+  const done = cols.every((x) => Math.abs(x - 1) < ONE);
+  box.classList.toggle("done", done);
+  box.textContent = done
+    ? `✓ Every column now sums to 1 and the rows sum to ${range(rows)}: softmax ran over the ` +
+      "queries (axis −2), so a query's weights are no longer a distribution over the keys."
+    : `Not yet: on the right-hand side the columns sum to ${range(cols)} (the rows to ` +
+      `${range(rows)}).`;
 }
 
 export function mount(section) {

@@ -2,7 +2,7 @@
 // Every layer's and head's weights as thumbnails, one head as a heat map, and the neuron view
 // of one token: qkv.explain of that head's q, k, v (POST /api/model/attentions, /neuron).
 import { Channel } from "../core/api.js";
-import { announce, el, fmt, svg } from "../core/dom.js";
+import { announce, el, fmt, scrollBox, svg } from "../core/dom.js";
 import { COLORS, heat, heatRGB, legend, maskedRGB } from "../core/legend.js";
 import { state, writeURL } from "../core/state.js";
 
@@ -30,6 +30,8 @@ const channel = new Channel(name, "/api/model/attentions", (data, body) => {
   renderThumbs();
   renderHeat();
   loadNeuron();
+}, () => {
+  $("#model-status").textContent = "not computed: see the message above";
 });
 const neuronChannel = new Channel(name, "/api/model/neuron", renderNeuron);
 
@@ -192,6 +194,34 @@ function renderHeat() {
   map.append(highlight);
   $("#heat").replaceChildren(map);
   $("#heat-legend").replaceChildren(legend("heat-legend-bar"));
+  renderTask();
+}
+
+const MOST = 0.5; // the task: more than half the tokens look most at the one before
+
+/** "Find a previous-token head", from the open head's weights. */
+function renderTask() {
+  const box = $('[data-testid="task-previous"]');
+  const weights = model.weights[state.layer][state.head];
+  const n = weights.length;
+  const where = `layer ${state.layer}, head ${state.head}`;
+  box.classList.remove("done");
+  if (n < 2) {
+    box.textContent = "Type a sentence of two or more tokens.";
+    return;
+  }
+  let count = 0;
+  for (let i = 1; i < n; i += 1) {
+    const row = weights[i];
+    if (row.indexOf(Math.max(...row)) === i - 1) count += 1;
+  }
+  const said = `${count} of ${n - 1} tokens (after the first) attend most to the token before them`;
+  if (count / (n - 1) > MOST) {
+    box.classList.add("done");
+    box.textContent = `✓ In ${where}, ${said}: a previous-token head.`;
+  } else {
+    box.textContent = `Not yet: in ${where}, ${said}.`;
+  }
 }
 
 function pickToken(i) {
@@ -261,7 +291,7 @@ function renderNeuron(data) {
           `grouped-query attention, query head ${data.head} reads kv head ${data.kv_head}`)),
     el("div", { cls: "row" }, [el("span", { cls: "tag query" }, "q"),
       strip(q, maxAbs, "neuron-q")]),
-    el("div", { cls: "scroll" }, [table]),
+    scrollBox([table], "the neuron view"),
   );
 }
 

@@ -2,8 +2,8 @@
 // cross-attention, one with a fixed context vector) reverse a typed input; their outputs and
 // weights over the input positions come from the server (POST /api/seq2seq).
 import { Channel } from "../core/api.js";
-import { announce, el, fmt, svg } from "../core/dom.js";
-import { lineChart, PALETTE, scrollBox } from "../core/chart.js";
+import { announce, el, fmt, scrollBox, svg } from "../core/dom.js";
+import { lineChart, PALETTE } from "../core/chart.js";
 import { heat, legend } from "../core/legend.js";
 import { state, writeURL } from "../core/state.js";
 
@@ -13,7 +13,9 @@ export const READS = {
     "attention.weights", "attention.correct", "attention.length", "fixed.output",
     "fixed.correct", "fixed.length"],
   "/api/seq2seq/curves": ["per_bucket", "trained_lengths", "d_hidden", "long_example",
-    "models.attention", "models.fixed"],
+    "models.attention.lengths", "models.attention.token_accuracy",
+    "models.attention.exact_match", "models.fixed.lengths", "models.fixed.token_accuracy",
+    "models.fixed.exact_match"],
 };
 
 let root;
@@ -69,7 +71,7 @@ function render(data) {
       el("h4", {}, title),
       el("p", {}, ["output: ", el("code", { "data-testid": `${kind}-output` }, letters),
         ` — ${r.correct} of ${r.length} right`]),
-      scrollBox(`${kind}: cross-attention weights`, crossMap(kind, r, data.input)),
+      scrollBox([crossMap(kind, r, data.input)], `${kind} weights`),
       legend("seq2seq-legend"),
     ]);
   };
@@ -152,7 +154,7 @@ function renderCurves(c) {
       points: c.models[kind].map((b) => ({ x: mid(b), y: b.token_accuracy,
         title: `${label}, lengths ${b.lengths[0]}–${b.lengths[1]}: ${fmt(b.token_accuracy, 3)} ` +
           `of the symbols, ${fmt(b.exact_match, 3)} of the inputs exactly` })) })) });
-  const table = scrollBox("held-out accuracy by input length", el("table", { cls: "matrix",
+  const table = scrollBox([el("table", { cls: "matrix",
     "data-testid": "seq2seq-curve-table" }, [
     el("caption", {}, `2 models × ${c.models.attention.length} length buckets: token accuracy ` +
       "(exact match)"),
@@ -160,7 +162,8 @@ function renderCurves(c) {
       el("th", {}, `${b.lengths[0]}–${b.lengths[1]}`))]),
     ...kinds.map(([kind, label]) => el("tr", {}, [el("th", {}, label),
       ...c.models[kind].map((b, i) => el("td", { "data-testid": `s2s-acc-${kind}-${i}`,
-        "data-value": b.token_accuracy }, `${fmt(b.token_accuracy, 3)} (${fmt(b.exact_match, 3)})`))]))]));
+        "data-value": b.token_accuracy }, `${fmt(b.token_accuracy, 3)} (${fmt(b.exact_match, 3)})`))]))])],
+    "held-out accuracy by input length");
   const firstB = (kind) => c.models[kind][0];
   const lastB = (kind) => c.models[kind][c.models[kind].length - 1];
   const drop = (kind) => firstB(kind).token_accuracy - lastB(kind).token_accuracy;

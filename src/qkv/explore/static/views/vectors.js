@@ -12,7 +12,7 @@ export const name = "vectors";
 export const READS = {
   "/api/trace": ["trace.scores", "trace.scaled", "trace.weights", "trace.output",
     "trace.allowed", "trace.scale", "row_sums", "d_k", "exp.exp", "exp.sum", "exp.shifted",
-    "exp.seed_sum"],
+    "seed.exp_rounded", "seed.sum", "seed.weights_rounded", "seed.output"],
 };
 
 let root;
@@ -64,21 +64,27 @@ function arrowLine(kind, index, vec) {
   return g;
 }
 
-/** Labels placed greedily: each one moves down until it overlaps no label placed before. */
+/** Labels placed greedily, each beside its arrow tip: the first spot that overlaps no label
+ * placed before, trying its own side first, then the other side, a line lower or higher, …
+ * (so a label never drifts far from its tip: at most 3 lines away). */
 function placeLabels(plane, labels) {
   const boxes = [];
   const overlaps = (b) => boxes.some((o) => b.x0 < o.x1 && o.x0 < b.x1 && b.y0 < o.y1 && o.y0 < b.y1);
-  for (const { x, y, anchor, text, kind, testid } of labels) {
+  for (const { x, y, tip, anchor, text, kind, testid } of labels) {
     const width = 7.4 * text.length + 4;
-    let top = y;
-    const box = () => {
-      const x0 = anchor === "end" ? x - width : x;
-      return { x0, x1: x0 + width, y0: top - 12, y1: top + 3 };
+    const box = (spot) => {
+      const x0 = spot.anchor === "end" ? spot.x - width : spot.x;
+      return { x0, x1: x0 + width, y0: spot.y - 12, y1: spot.y + 3 };
     };
-    for (let tries = 0; tries < 12 && overlaps(box()); tries += 1) top += 15;
-    boxes.push(box());
-    const node = svg("text", { x, y: top, cls: `label ${kind}`, "text-anchor": anchor,
-      "data-testid": testid });
+    const flipped = { x: 2 * tip[0] - x, anchor: anchor === "end" ? "start" : "end" };
+    const spots = [];
+    for (const dy of [0, 15, -15, 30, -30, 45, -45]) {
+      spots.push({ x, y: y + dy, anchor }, { ...flipped, y: y + dy });
+    }
+    const spot = spots.find((c) => !overlaps(box(c))) || spots[0];
+    boxes.push(box(spot));
+    const node = svg("text", { x: spot.x, y: spot.y, cls: `label ${kind}`,
+      "text-anchor": spot.anchor, "data-testid": testid, "data-tip": tip.join(",") });
     node.textContent = text;
     plane.append(node);
   }
@@ -158,7 +164,7 @@ function renderPlane() {
   const label = (kind, index, vec, text) => {
     const [x2, y2] = toPx(vec[0], vec.length > 1 ? vec[1] : 0);
     const [dx, dy, anchor] = LABEL_OFFSETS[kind];
-    labels.push({ x: x2 + dx, y: y2 + dy, anchor, text, kind,
+    labels.push({ x: x2 + dx, y: y2 + dy, tip: [x2, y2], anchor, text, kind,
       testid: `label-${kind}-${index}` });
   };
   // labels are placed in order of importance: queries, keys, outputs, values
@@ -279,40 +285,125 @@ function renderSteps(data) {
   const dk = data.d_k;
   const isDefault = Math.abs(t.scale - 1 / Math.sqrt(dk)) < 1e-15;
   const scaleText = isDefault ? `1/√${dk} = ${fmt(t.scale)}` : fmt(t.scale);
+  const byKey = ["n_q", "n_k"];
   $("#steps").replaceChildren(
     step("1 · scores = Q Kᵀ", "each query's dot product with each key",
-      matrixTable("scores", t.scores, "q", "k")),
+      matrixTable("scores", t.scores, "q", "k", { dims: byKey })),
     step(`2 · scaled = scores × ${scaleText}`,
       "dividing by √d_k keeps softmax out of its hard-argmax regime",
-      matrixTable("scaled", t.scaled, "q", "k")),
+      matrixTable("scaled", t.scaled, "q", "k", { dims: byKey })),
     step(data.exp.shifted.some(Boolean)
       ? "3 · e^(scaled − row max), and each row's sum" : "3 · e^scaled, and each row's sum",
-    expNote(data.exp), matrixTable("exp", data.exp.exp, "q", "k",
-      { rowSums: data.exp.sum, sumId: "exp-sum", sumDigits: 3 })),
+    expNote(data), matrixTable("exp", data.exp.exp, "q", "k",
+      { rowSums: data.exp.sum, sumId: "exp-sum", sumDigits: 3, dims: byKey })),
     step("4 · weights = softmax(scaled) = e^scaled / sum",
       "each row sums to 1: a soft, graded lookup", matrixTable("weight", t.weights, "q", "k",
         { heat: true, rowSums: data.row_sums, sumId: "rowsum", sumDigits: 4,
-          allowed: t.allowed })),
-    step("5 · output = weights V", "each query's blend of the values",
-      matrixTable("output", t.output, "q", "d")),
+          allowed: t.allowed, dims: byKey })),
+    step("5 · output = weights V", outputNote(data),
+      matrixTable("output", t.output, "q", "d", { dims: ["n_q", "d_v"] })),
     legend("vectors-legend"),
   );
+  renderTask(t);
+  if (pendingCheck && t.weights.length === state.q.length) finishCheck(t);
   const w = t.weights[0].map((x) => fmt(x, 3)).join(", ");
   announce(`${moved}weights of q0: ${w}; output (${t.output[0].map((x) => fmt(x, 3)).join(", ")})`);
 }
 
-/** Why the seed's hand-added sum can differ in the last digit from the exact one. */
-function expNote(exp) {
-  const exact = fmt(exp.sum[0], 3);
-  const seed = fmt(exp.seed_sum[0], 3);
-  const terms = exp.exp[0].map((x) => fmt(x, 3)).join(" + ");
+/** Step 3's note: each row's sum; for the seed's own inputs only, why the seed prints 4.668. */
+function expNote(data) {
+  const exp = data.exp;
   if (exp.shifted[0]) {
     return "the scores are too large for e^x, so each row is shifted by its largest score " +
       "first — softmax gives the same weights either way";
   }
-  return exact === seed ? `Σ = ${terms} = ${exact}`
-    : `Σ = ${exact} exactly; the seed adds the rounded values ${terms} = ${seed} ` +
-      "by hand, which is why it prints " + seed;
+  const sum = fmt(exp.sum[0], 3);
+  const seed = data.seed;
+  if (!seed || fmt(seed.sum, 3) === sum) {
+    return `q0's row: ${exp.exp[0].map((x) => fmt(x, 3)).join(" + ")} adds up to Σ = ${sum} ` +
+      "(each number shown rounded)";
+  }
+  return `q0's row adds up to Σ = ${sum} (exactly ${fmt(exp.sum[0], 6)}). These are the ` +
+    `seed's inputs: it adds the rounded values ${seed.exp_rounded.map((x) => fmt(x, 3)).join(" + ")} ` +
+    `by hand, which is why it prints ${fmt(seed.sum, 3)}.`;
+}
+
+/** Step 5's note; for the seed's own inputs, why its worked example 2 prints other digits. */
+function outputNote(data) {
+  const seed = data.seed;
+  const said = "each query's blend of the values";
+  if (!seed) return said;
+  const exact = data.trace.output[0].map((x) => fmt(x, 4)).join(", ");
+  const hand = seed.output.map((x) => fmt(x, 3)).join(", ");
+  return `${said}. qkv's (${exact}) comes from the exact weights; the seed's worked example 2 ` +
+    `blends the rounded weights (${seed.weights_rounded.map((x) => fmt(x, 3)).join(", ")}) ` +
+    `and gets (${hand}).`;
+}
+
+// -- the guided task and the check -------------------------------------------------------------
+/** "Make k1 win": does k1 get the largest weight of q0's row? Said from the answer's numbers. */
+function renderTask(t) {
+  const box = $('[data-testid="task-k1"]');
+  const w = t.weights[0];
+  box.classList.remove("done");
+  if (w.length < 2) {
+    box.textContent = "There is no k1 yet: add a key.";
+    return;
+  }
+  const best = w.reduce((b, x, j) => (x > w[b] ? j : b), 0);
+  const ties = w.filter((x) => x === w[best]).length;
+  const s = t.scores[0];
+  if (best === 1 && ties === 1) {
+    box.classList.add("done");
+    const others = w.map((x, j) => [x, j]).filter(([, j]) => j !== 1)
+      .map(([x, j]) => `k${j} ${fmt(x, 3)}`).join(", ");
+    box.textContent = `✓ k1 wins: its weight ${fmt(w[1], 3)} is the largest in q0's row ` +
+      `(${others}), because its score q0 · k1 = ${fmt(s[1], 3)} is the largest.`;
+  } else {
+    const rival = best === 1 ? w.findIndex((x, j) => j !== 1 && x === w[1]) : best;
+    box.textContent = `Not yet: k1 has weight ${fmt(w[1], 3)}, k${rival} has ` +
+      `${fmt(w[rival], 3)}. k1's score q0 · k1 = ${fmt(s[1], 3)} must beat q0 · k${rival} = ` +
+      `${fmt(s[rival], 3)}: point k1 more along q0, or make it longer.`;
+  }
+}
+
+let pendingCheck = null; // the learner's answer, waiting for qkv's 10 × 10 weights
+const CHECK_TOKENS = 10;
+
+/** "Check yourself" 1: read the answer, build 10 tokens, and let qkv's weights decide. */
+function checkShape() {
+  const text = $("#check-shape-answer").value;
+  const box = $('[data-testid="check-shape"]');
+  const found = text.match(/^\s*(\d+)\s*(?:×|x|X|\*|,|by)\s*(\d+)\s*$/);
+  box.classList.remove("done");
+  if (!found) {
+    box.textContent = `“${text}” is not a shape: write rows × columns, e.g. 3 × 5.`;
+    return;
+  }
+  pendingCheck = [Number(found[1]), Number(found[2])];
+  // 10 tokens around the unit circle; each token's query, key and value is its point
+  const points = Array.from({ length: CHECK_TOKENS }, (_, i) => {
+    const a = (2 * Math.PI * i) / CHECK_TOKENS;
+    return [Math.round(Math.cos(a) * 100) / 100, Math.round(Math.sin(a) * 100) / 100];
+  });
+  Object.assign(state, { q: structuredClone(points), k: structuredClone(points),
+    v: structuredClone(points), scale: "" });
+  $("#scale-input").value = "";
+  box.textContent = "building 10 tokens…";
+  changed();
+}
+
+function finishCheck(t) {
+  const [rows, cols] = [t.weights.length, t.weights[0].length];
+  const [r, c] = pendingCheck;
+  pendingCheck = null;
+  const box = $('[data-testid="check-shape"]');
+  const right = r === rows && c === cols;
+  box.classList.toggle("done", right);
+  box.textContent = `qkv's weights for these ${state.q.length} tokens are ${rows} × ${cols}: ` +
+    `one row per query (${rows}) and one column per key (${cols}), each row summing to 1. ` +
+    (right ? `Your ${r} × ${c} is right.` : `Your ${r} × ${c} is not: the weight matrix is ` +
+      "n × n for n tokens attending to each other.");
 }
 
 // -- moving the arrows -------------------------------------------------------------------------
@@ -327,6 +418,20 @@ function moveVector(kind, index, vec) {
   if (input) input.value = vectorText(vec);
   renderPlane();
   show();
+}
+
+/** A new unit vector (dims 0 and 1; the rest 0) at the angle of 24 around the circle that is
+ * farthest from every arrow head already on the plane, so added vectors never pile up. */
+function freeVector(d) {
+  const heads = [...state.q, ...state.k, ...state.v].map((u) => [u[0], u.length > 1 ? u[1] : 0]);
+  let best = null;
+  for (let a = 0; a < 24; a += 1) {
+    const angle = (2 * Math.PI * a) / 24;
+    const p = [Math.round(Math.cos(angle) * 100) / 100, Math.round(Math.sin(angle) * 100) / 100];
+    const gap = Math.min(Infinity, ...heads.map((h) => Math.hypot(h[0] - p[0], h[1] - p[1])));
+    if (!best || gap > best.gap + 1e-9) best = { p, gap };
+  }
+  return Array.from({ length: d }, (_, i) => (i < 2 && d > 1 ? best.p[i] : i === 0 ? best.p[0] : 0));
 }
 
 export function mount(section) {
@@ -373,17 +478,15 @@ export function mount(section) {
     announce(moved);
   });
   $("#add-query").addEventListener("click", () => {
-    const d = state.q[0].length;
-    state.q.push(Array.from({ length: d }, (_, i) => (i === 1 ? 1 : 0)));
+    state.q.push(freeVector(state.q[0].length));
     changed();
   });
   $("#add-key").addEventListener("click", () => {
-    const d = state.k[0].length;
-    const dv = state.v[0].length;
-    state.k.push(Array.from({ length: d }, (_, i) => (i === 0 ? -1 : 0)));
-    state.v.push(Array.from({ length: dv }, (_, i) => (i === 0 ? -1 : 0)));
+    state.k.push(freeVector(state.k[0].length));
+    state.v.push(freeVector(state.v[0].length));
     changed();
   });
+  $("#check-shape-run").addEventListener("click", checkShape);
   $("#scale-input").addEventListener("input", () => {
     state.scale = $("#scale-input").value;
     writeURL();
