@@ -3,20 +3,19 @@ view 8 · Far back (the shipped far-back models on an edited series), view 6's t
 view 7's accuracy by length. Every number shown is checked against the library (the models
 called directly, their held-out scores, ``scaling.slope``); every state is checked with
 tests/page_checks.py (no broken words, no stale result beside an error, nothing wider than a
-phone, axe-core); a seeded run of random interactions drives the far-back view. Screenshots at
+phone, axe-core); tests/test_explore_random.py drives the far-back view at random. Screenshots at
 1400 × 900 and 390 × 844 go to docs/screenshots/."""
 
 from __future__ import annotations
 
 import json
-import random
 import urllib.request
 from urllib.parse import parse_qs, urlsplit
 
 import numpy as np
 import pytest
 
-from page_checks import DESKTOP, PHONE, assert_fits, assert_page_clean, axe_serious, interaction
+from page_checks import DESKTOP, PHONE, assert_fits, assert_page_clean, axe_serious
 from qkv.tasks import farback, scaling, seq2seq
 from test_explore_browser import idle, shown
 from test_explore_views import _page, browser, open_view, server_url, shot  # noqa: F401  (fixtures)
@@ -71,7 +70,14 @@ def far_state(page) -> dict:
 
 
 def assert_far_shows(page, answer: dict) -> None:
-    """The predictions, probabilities and every step's weight shown are the answer's."""
+    """The predictions, probabilities and every step's weight shown are the answer's, and the
+    answer's are the shipped models' on the answer's series."""
+    x = features_of(answer)
+    for kind in KINDS:
+        assert answer["models"][kind]["prediction"] == \
+            (1 if int(farback.load_pretrained(kind).predict(x)[0]) == 1 else -1)
+    np.testing.assert_array_equal(np.array(answer["weights"], np.float32),
+                                  farback.load_pretrained("attention").weights(x)[0])
     for kind in KINDS:
         assert shown(page, f"far-pred-{kind}")[f"far-pred-{kind}"][0] == \
             answer["models"][kind]["prediction"]
@@ -79,6 +85,16 @@ def assert_far_shows(page, answer: dict) -> None:
     W = answer["window"]
     weights = shown(page, "far-w-")
     assert [weights[f"far-w-{W - i}"][0] for i in range(W)] == answer["weights"]
+
+
+def features_of(answer: dict) -> np.ndarray:
+    """The task's features ``(1, W, n_types + 3)`` of the answer's series, as
+    ``farback.sample`` builds them."""
+    n_types = farback.load_pretrained("attention").config.n_types
+    types, sizes, signs = (np.array(answer[k]) for k in ("types", "sizes", "signs"))
+    x = np.concatenate([np.eye(n_types)[types], sizes[:, None], signs[:, None],
+                        (signs * sizes)[:, None]], axis=-1)
+    return x[None].astype(np.float32)
 
 
 def check_everywhere(page) -> None:
@@ -142,56 +158,6 @@ def test_far_back_view_shows_what_the_models_compute(desk):
     check_everywhere(desk)
 
 
-@interaction("farback")
-def far_back_step(page, rng: random.Random) -> str:
-    """One random thing to the far-back view: a new series, a seed (sometimes invalid), the
-    event's lag or sign, distractors typed (sometimes out of range) or clicked, a preset."""
-    choice = rng.randrange(8)
-    if choice == 0:
-        page.get_by_test_id("far-new").click()
-        return "new series"
-    if choice == 1:
-        seed = rng.choice([rng.randrange(0, 10_000), -rng.randrange(1, 9)])
-        page.get_by_test_id("far-seed").fill(str(seed))
-        page.get_by_test_id("far-seed").dispatch_event("change")
-        return f"seed {seed}"
-    if choice == 2:
-        lag = rng.randrange(1, 257)
-        page.get_by_test_id("far-lag").fill(str(lag))
-        return f"event lag {lag}"
-    if choice == 3:
-        page.get_by_test_id("far-sign").click()
-        return "flip the sign"
-    if choice == 4:
-        lags = rng.sample(range(1, 300), rng.randrange(0, 12))
-        page.get_by_test_id("far-distractors").fill(", ".join(map(str, lags)))
-        page.get_by_test_id("far-apply").click()
-        return f"distractors {lags}"
-    if choice == 5:
-        bars = page.locator(".far-bar")
-        i = rng.randrange(bars.count() or 1)
-        if bars.count():
-            bars.nth(i).dispatch_event("click")
-        return f"click step {i}"
-    button = rng.choice(["far-recent", "far-none", "far-reset"])
-    page.get_by_test_id(button).click()
-    return button
-
-
-def test_far_back_survives_seeded_random_interactions(desk):
-    open_view(desk, "farback")
-    idle(desk)
-    rng = random.Random(21)
-    done = []
-    for _ in range(12):
-        done.append(far_back_step(desk, rng))
-        idle(desk)
-        assert_page_clean(desk)
-        if not desk.get_by_test_id("error").is_visible():
-            assert_far_shows(desk, api(desk, "/api/farback", far_state(desk))), done
-    assert axe_serious(desk) == []
-
-
 # -- cost: time against n ------------------------------------------------------------------------
 def test_cost_view_times_n_live_and_shipped_with_scalings_slopes(desk):
     open_view(desk, "cost")
@@ -210,10 +176,14 @@ def test_cost_view_times_n_live_and_shipped_with_scalings_slopes(desk):
         fit = [(n, t) for n, t in series[k] if n >= shipped["config"]["fit_from"]]
         assert shown(desk, f"growth-slope-shipped-{k}")[f"growth-slope-shipped-{k}"][0] == \
             scaling.slope(*zip(*fit, strict=True))
-        live = [(n, t) for n, t in series[k + 4] if n >= 512]
-        assert series[k + 4] and all(n <= 2048 for n, _ in series[k + 4])
-        assert shown(desk, f"growth-slope-live-{k}")[f"growth-slope-live-{k}"][0] == \
-            pytest.approx(scaling.slope(*zip(*live, strict=True)), rel=1e-12)
+        live = [(n, t) for n, t in series.get(k + 4, []) if n >= 512]
+        assert all(n <= 2048 for n, _ in series.get(k + 4, []))
+        if len(live) >= 2:
+            assert shown(desk, f"growth-slope-live-{k}")[f"growth-slope-live-{k}"][0] == \
+                pytest.approx(scaling.slope(*zip(*live, strict=True)), rel=1e-12)
+        else:  # a busy machine spent the time budget before n = 1,024
+            assert desk.get_by_test_id(f"growth-slope-live-{k}").text_content() == \
+                "too few points"
     buys = desk.get_by_test_id("growth-buys").text_content()
     for kind in KINDS:
         assert f"{farback.load_pretrained(kind).metrics['accuracy']:.3f}" in buys

@@ -41,6 +41,8 @@ from test_explore_browser import (
     shown,
     shown_matrix,
 )
+from test_explore_lesson_views import api as lesson_api
+from test_explore_lesson_views import assert_far_shows, far_state
 from test_explore_views import _page
 
 SEED = 21
@@ -340,8 +342,56 @@ def act_model(page, rng: random.Random) -> str:
     return f"sentence of {count} words"
 
 
+# -- far back ----------------------------------------------------------------------------------
+def verify_farback(page) -> None:
+    """Each model's answer and every step's weight shown are the server's for the URL's series,
+    and those are the shipped models' (assert_far_shows)."""
+    if error_shown(page):
+        return
+    assert_far_shows(page, lesson_api(page, "/api/farback", far_state(page)))
+
+
+@interaction("farback", verify=verify_farback)
+def act_farback(page, rng: random.Random) -> str:
+    """One random thing to the far-back view: a new series, a seed (sometimes invalid), the
+    event's lag or sign, distractors typed (sometimes out of range) or clicked, a preset."""
+    choice = rng.randrange(8)
+    if choice == 0:
+        page.get_by_test_id("far-new").click()
+        return "new series"
+    if choice == 1:
+        seed = rng.choice([rng.randrange(0, 10_000), -rng.randrange(1, 9)])
+        page.get_by_test_id("far-seed").fill(str(seed))
+        page.get_by_test_id("far-seed").dispatch_event("change")
+        return f"seed {seed}"
+    if choice == 2:
+        lag = rng.randrange(1, 257)
+        set_range(page, "far-lag", lag)
+        return f"event lag {lag}"
+    if choice == 3:
+        page.get_by_test_id("far-sign").click()
+        return "flip the sign"
+    if choice == 4:
+        lags = rng.sample(range(1, 300), rng.randrange(0, 12))
+        page.get_by_test_id("far-distractors").fill(", ".join(map(str, lags)))
+        page.get_by_test_id("far-apply").click()
+        return f"distractors {lags}"
+    if choice == 5:
+        bars = page.locator(".far-bar")
+        i = rng.randrange(bars.count() or 1)
+        if bars.count():
+            bars.nth(i).dispatch_event("click")
+        return f"click step {i}"
+    button = rng.choice(["far-recent", "far-none", "far-reset"])
+    page.get_by_test_id(button).click()
+    return button
+
+
 # -- the test -------------------------------------------------------------------------------------
 def ready(page, view: str) -> None:
+    if view == "farback":  # the first answer also scores the shipped models on 2,000 series
+        page.wait_for_selector("[data-testid='far-curves-table'], [data-testid='error']:visible",
+                               timeout=180_000)
     idle(page)
     if view == "model":  # the first answer also loads the model
         page.wait_for_selector("[data-testid='thumb-0-0'], [data-testid='error']:visible")
