@@ -159,11 +159,10 @@ def test_far_back_view_shows_what_the_models_compute(desk):
 
 
 # -- cost: time against n ------------------------------------------------------------------------
-def test_cost_view_times_n_live_and_shipped_with_scalings_slopes(desk):
-    open_view(desk, "cost")
-    desk.get_by_test_id("growth-slopes").wait_for()
-    idle(desk)
-    dots = desk.locator("[data-testid^='growth-chart-']").evaluate_all(
+def assert_growth_shows(page) -> None:
+    """The growth plot's shipped points are the shipped results, its live points lie in
+    64 … 2,048, and each slope shown is ``scaling.slope`` of the points drawn."""
+    dots = page.locator("[data-testid^='growth-chart-']").evaluate_all(
         "els => els.map(e => [e.dataset.testid, +e.dataset.x, +e.dataset.y])")
     series: dict[int, list[tuple[float, float]]] = {}
     for testid, x, y in dots:
@@ -174,16 +173,23 @@ def test_cost_view_times_n_live_and_shipped_with_scalings_slopes(desk):
     for k, method in enumerate(methods):  # series 0–3 shipped, 4–7 live, same order
         assert series[k] == [(p["n"], p["seconds"]) for p in shipped["methods"][method]["points"]]
         fit = [(n, t) for n, t in series[k] if n >= shipped["config"]["fit_from"]]
-        assert shown(desk, f"growth-slope-shipped-{k}")[f"growth-slope-shipped-{k}"][0] == \
+        assert shown(page, f"growth-slope-shipped-{k}")[f"growth-slope-shipped-{k}"][0] == \
             scaling.slope(*zip(*fit, strict=True))
         live = [(n, t) for n, t in series.get(k + 4, []) if n >= 512]
-        assert all(n <= 2048 for n, _ in series.get(k + 4, []))
+        assert all(64 <= n <= 2048 for n, _ in series.get(k + 4, []))
         if len(live) >= 2:
-            assert shown(desk, f"growth-slope-live-{k}")[f"growth-slope-live-{k}"][0] == \
+            assert shown(page, f"growth-slope-live-{k}")[f"growth-slope-live-{k}"][0] == \
                 pytest.approx(scaling.slope(*zip(*live, strict=True)), rel=1e-12)
         else:  # a busy machine spent the time budget before n = 1,024
-            assert desk.get_by_test_id(f"growth-slope-live-{k}").text_content() == \
+            assert page.get_by_test_id(f"growth-slope-live-{k}").text_content() == \
                 "too few points"
+
+
+def test_cost_view_times_n_live_and_shipped_with_scalings_slopes(desk):
+    open_view(desk, "cost")
+    desk.get_by_test_id("growth-slopes").wait_for()
+    idle(desk)
+    assert_growth_shows(desk)
     buys = desk.get_by_test_id("growth-buys").text_content()
     for kind in KINDS:
         assert f"{farback.load_pretrained(kind).metrics['accuracy']:.3f}" in buys

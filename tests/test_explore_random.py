@@ -42,7 +42,7 @@ from test_explore_browser import (
     shown_matrix,
 )
 from test_explore_lesson_views import api as lesson_api
-from test_explore_lesson_views import assert_far_shows, far_state
+from test_explore_lesson_views import assert_far_shows, assert_growth_shows, far_state
 from test_explore_views import _page
 
 SEED = 21
@@ -387,11 +387,74 @@ def act_farback(page, rng: random.Random) -> str:
     return button
 
 
+# -- cost: the tiles and time against n -----------------------------------------------------------
+def verify_cost(page) -> None:
+    if error_shown(page):
+        return
+    n = json.loads(url_state(page)["more"])["cost"]["n"]
+    assert shown(page, "cost-entries")["cost-entries"][0] == n * n
+    if page.get_by_test_id("growth-slopes").count():
+        assert_growth_shows(page)
+
+
+@interaction("cost", verify=verify_cost)
+def act_cost(page, rng: random.Random) -> str:
+    kind = rng.choice(["n", "n", "mask", "mask", "time"])
+    if kind == "n":
+        exponent = rng.randrange(4, 17)
+        set_range(page, "cost-n", exponent)
+        return f"n = 2^{exponent}"
+    if kind == "mask":
+        mask = rng.choice(["none", "causal", "window", "documents"])
+        page.get_by_test_id("cost-mask").select_option(mask)
+        return f"mask {mask}"
+    largest = rng.choice(["512", "1024", "2048"])
+    page.get_by_test_id("growth-max").select_option(largest)  # times it again
+    return f"time live up to n = {largest}"
+
+
+# -- encoder–decoder -------------------------------------------------------------------------------
+def verify_seq2seq(page) -> None:
+    if error_shown(page):
+        return
+    from qkv.tasks import seq2seq
+
+    text = json.loads(url_state(page)["more"])["s2s"].strip().lower()
+    symbols = np.array(["abcdefghijklmnop".index(c) for c in text])
+    weights = {}
+    for kind in ("attention", "fixed"):
+        out, weights[kind] = seq2seq.load_pretrained(kind).translate(symbols)
+        assert page.get_by_test_id(f"{kind}-output").text_content() == \
+            "".join("abcdefghijklmnop"[t] for t in out)
+    got, _ = shown_matrix(page, "attention-w", len(text), len(text))
+    np.testing.assert_array_equal(got, np.asarray(weights["attention"], np.float64))
+    assert shown(page, "fixed-w-") == {}  # one context vector, no weights over the input
+
+
+@interaction("seq2seq", verify=verify_seq2seq)
+def act_seq2seq(page, rng: random.Random) -> str:
+    kind = rng.choice(["typed", "typed", "long", "short", "invalid", "empty", "too long"])
+    if kind in ("long", "short"):
+        page.get_by_test_id(f"seq2seq-{kind}").click()
+        return f"a {kind} input"
+    n = {"typed": rng.randrange(1, 41), "invalid": 6, "empty": 0, "too long": 70}[kind]
+    letters = "abcdefghijklmnop" + ("xyz " if kind == "invalid" else "")
+    text = "".join(rng.choice(letters) for _ in range(n))
+    if kind == "invalid":
+        text = text[:-1] + "z"
+    page.get_by_test_id("seq2seq-input").fill(text)
+    page.get_by_test_id("seq2seq-run").click()
+    return f"input {text!r}"
+
+
 # -- the test -------------------------------------------------------------------------------------
 def ready(page, view: str) -> None:
-    if view == "farback":  # the first answer also scores the shipped models on 2,000 series
-        page.wait_for_selector("[data-testid='far-curves-table'], [data-testid='error']:visible",
+    first = {"farback": "far-curves-table", "seq2seq": "seq2seq-curve-table",
+             "cost": "growth-slopes"}.get(view)
+    if first:  # these score the shipped models or time n live: on a busy machine, slow
+        page.wait_for_selector(f"[data-testid='{first}'], [data-testid='error']:visible",
                                timeout=180_000)
+        page.locator("html[data-pending='0']").wait_for(state="attached", timeout=180_000)
     idle(page)
     if view == "model":  # the first answer also loads the model
         page.wait_for_selector("[data-testid='thumb-0-0'], [data-testid='error']:visible")
