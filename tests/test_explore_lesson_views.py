@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from page_checks import DESKTOP, PHONE, assert_fits, assert_page_clean, axe_serious
+from qkv.explore.cost_service import live_fit_from
 from qkv.tasks import farback, scaling, seq2seq
 from test_explore_browser import idle, shown
 from test_explore_views import _page, browser, open_view, server_url, shot  # noqa: F401  (fixtures)
@@ -169,18 +170,19 @@ def assert_growth_shows(page) -> None:
         k = int(testid.split("-")[-2])
         series.setdefault(k, []).append((x, y))
     shipped = scaling.shipped()
+    fit_from = live_fit_from(int(page.get_by_test_id("growth-max").input_value()))
     methods = ("qkv dense", "qkv causal", "qkv window", "ssm scan")
     for k, method in enumerate(methods):  # series 0–3 shipped, 4–7 live, same order
         assert series[k] == [(p["n"], p["seconds"]) for p in shipped["methods"][method]["points"]]
         fit = [(n, t) for n, t in series[k] if n >= shipped["config"]["fit_from"]]
         assert shown(page, f"growth-slope-shipped-{k}")[f"growth-slope-shipped-{k}"][0] == \
             scaling.slope(*zip(*fit, strict=True))
-        live = [(n, t) for n, t in series.get(k + 4, []) if n >= 512]
+        live = [(n, t) for n, t in series.get(k + 4, []) if n >= fit_from]
         assert all(64 <= n <= 2048 for n, _ in series.get(k + 4, []))
         if len(live) >= 2:
             assert shown(page, f"growth-slope-live-{k}")[f"growth-slope-live-{k}"][0] == \
                 pytest.approx(scaling.slope(*zip(*live, strict=True)), rel=1e-12)
-        else:  # a busy machine spent the time budget before n = 1,024
+        else:  # a busy machine spent the time budget before the second point of the fit
             assert page.get_by_test_id(f"growth-slope-live-{k}").text_content() == \
                 "too few points"
 

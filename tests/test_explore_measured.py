@@ -157,6 +157,7 @@ def test_growth_slopes_are_scaling_slope_of_the_points_shown(client):
                                                     [p["seconds"] for p in fit])
     live = body["live"]["methods"][0]["points"]
     assert [p["n"] for p in live] == [64, 128, 256, 512][:len(live)] and live
+    assert body["live"]["fit_from"] == 128  # the last three of 64 … 512
     shipped = scaling.shipped()
     for series in body["shipped"]["methods"]:
         assert [(p["n"], p["seconds"]) for p in series["points"]] == [

@@ -18,7 +18,12 @@ from qkv.tasks import scaling
 
 METHODS = ("qkv dense", "qkv causal", "qkv window", "ssm scan")  # naive: in docs/seeds.md
 LIVE_MIN_N = 64
-LIVE_FIT_FROM = 512  # the window (256) is dense below this: O(n·w) shows from here on
+LIVE_FIT_FROM = 512  # the window (256) is dense below this: O(n·w) shows from here on ...
+
+
+def live_fit_from(max_n: int) -> int:
+    """... but a slope needs points: with a smaller max_n, fit the last three (n ≥ max_n / 4)."""
+    return min(LIVE_FIT_FROM, max_n // 4)
 _timing = threading.Lock()  # one live measurement at a time: two would time each other
 _warm = False
 
@@ -58,8 +63,9 @@ def live(max_n: int, budget: float, repeats: int, seed: int = 0) -> dict:
                 seconds, _ = scaling.measure(scaling.call(m, inputs), repeats, memory=False)
                 points[m].append({"n": n, "seconds": seconds, "source": "live"})
     return {"d": d, "dtype": "float32", "window": scaling.WINDOW, "state": scaling.STATE,
-            "budget_seconds": budget, "repeats": repeats, "fit_from": LIVE_FIT_FROM,
-            "methods": [_fitted(m, points[m], LIVE_FIT_FROM, stopped[m]) for m in METHODS]}
+            "budget_seconds": budget, "repeats": repeats, "fit_from": live_fit_from(max_n),
+            "methods": [_fitted(m, points[m], live_fit_from(max_n), stopped[m])
+                        for m in METHODS]}
 
 
 def shipped() -> dict:

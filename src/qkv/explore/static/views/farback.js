@@ -41,6 +41,8 @@ const curvesChannel = new Channel(name, "/api/farback/curves", renderCurves);
 let curvesAsked = false;
 
 const signText = (s) => (s > 0 ? "+" : "−");
+/** A weight for a sentence: 3 decimals, or 2 significant digits below 0.001 (not "0.000"). */
+const w3 = (x) => (x >= 0.001 || x === 0 ? fmt(x, 3) : x.toExponential(1));
 
 function request() {
   const f = state.far;
@@ -174,11 +176,11 @@ function sentences(d) {
   }
   const a = d.attention;
   out.push(a.top_lag === d.event.lag
-    ? `The attention model's largest weight, ${fmt(a.weight_on_event, 3)}, is on the event ` +
+    ? `The attention model's largest weight, ${w3(a.weight_on_event)}, is on the event ` +
       `${d.event.lag} steps back` + (nd ? `; all ${nd} distractors together get ` +
-      `${fmt(a.weight_on_distractors, 3)} (the largest ${fmt(a.max_distractor_weight, 3)}).` : ".")
+      `${w3(a.weight_on_distractors)} (the largest ${w3(a.max_distractor_weight)}).` : ".")
     : `The attention model's largest weight is at lag ${a.top_lag}, not on the event ` +
-      `(${fmt(a.weight_on_event, 3)} there).`);
+      `(${w3(a.weight_on_event)} there).`);
   const right = KINDS.filter((k) => d.models[k].correct).map((k) => LABEL[k]);
   const wrong = KINDS.filter((k) => !d.models[k].correct).map((k) => LABEL[k]);
   const coin = KINDS.filter((k) => Math.abs(d.models[k].p_plus - 0.5) < NEAR_CHANCE)
