@@ -23,6 +23,7 @@ from test_explore_views import _page, browser, open_view, server_url, shot  # no
 
 WAIT_MS = 180_000  # the first answers score the shipped models: generous under load
 KINDS = ("attention", "recency", "gru")
+pytestmark = pytest.mark.slow  # real browser, real server, the shipped models scored
 
 
 def _open(browser, server_url, viewport):  # noqa: F811
