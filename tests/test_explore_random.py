@@ -59,6 +59,13 @@ def set_range(page, testid: str, value: int) -> None:
         "(e, v) => { e.value = v; e.dispatchEvent(new Event('input', {bubbles: true})); }", value)
 
 
+def pick(page, selector: str, rng: random.Random):
+    """One of the elements matching selector, at random; None if there is none."""
+    found = page.locator(selector)
+    count = found.count()
+    return found.nth(rng.randrange(count)) if count else None
+
+
 def random_numbers(rng: random.Random, n: int) -> str:
     return ", ".join(f"{rng.uniform(-2, 2):.2f}" for _ in range(n))
 
@@ -94,28 +101,26 @@ def act_vectors(page, rng: random.Random) -> str:
     kind = rng.choice(["drag", "drag", "type", "invalid", "long", "add", "remove", "scale",
                        "toggle", "reset", "check"])
     if kind == "drag":
-        handles = page.locator("[data-testid^='handle-']")
-        testid = handles.nth(rng.randrange(handles.count())).get_attribute("data-testid")
+        testid = pick(page, "[data-testid^='handle-']", rng).get_attribute("data-testid")
         page.get_by_test_id("plane").scroll_into_view_if_needed()
         x, y = round(rng.uniform(-2.2, 2.2), 2), round(rng.uniform(-2.2, 2.2), 2)
         drag_arrow_head(page, testid, x, y)
         return f"drag {testid} to ({x}, {y})"
-    inputs = page.locator("#view-vectors input[data-testid*='-input-']")
+    inputs = "#view-vectors input[data-testid*='-input-']"
     if kind in ("type", "invalid", "long"):
-        box = inputs.nth(rng.randrange(inputs.count()))
+        box = pick(page, inputs, rng)
         text = {"type": random_numbers(rng, 2), "invalid": "1, abc",
                 "long": random_numbers(rng, 17)}[kind]
         box.fill(text)
         return f"type {text!r} into {box.get_attribute('data-testid')}"
     if kind == "add":
         which = rng.choice(["add-query", "add-key"])
-        if page.get_by_test_id(which).is_enabled() and inputs.count() < 14:
+        if page.get_by_test_id(which).is_enabled() and page.locator(inputs).count() < 14:
             page.get_by_test_id(which).click()
         return which
     if kind == "remove":
-        buttons = page.locator("#view-vectors button.remove:enabled")
-        if buttons.count():
-            button = buttons.nth(rng.randrange(buttons.count()))
+        button = pick(page, "#view-vectors button.remove:enabled", rng)
+        if button:
             testid = button.get_attribute("data-testid")
             button.click()
             return f"click {testid}"
@@ -229,10 +234,9 @@ def act_masks(page, rng: random.Random) -> str:
     kind = rng.choice(["cell", "cell", "cell", "preset", "param", "tokens", "long", "empty",
                        "seed", "uniform", "clear"])
     if kind == "cell":
-        cells = page.locator("[data-testid^='mask-cell-']")
-        if not cells.count():
+        cell = pick(page, "[data-testid^='mask-cell-']", rng)
+        if not cell:
             return "no cells"
-        cell = cells.nth(rng.randrange(cells.count()))
         testid = cell.get_attribute("data-testid")
         cell.click()
         return f"click {testid}"
@@ -241,8 +245,7 @@ def act_masks(page, rng: random.Random) -> str:
         page.get_by_test_id(f"preset-{name}").click()
         return f"toggle preset {name}"
     if kind == "param":
-        params = page.locator("#presets input[data-param]")
-        box = params.nth(rng.randrange(params.count()))
+        box = pick(page, "#presets input[data-param]", rng)
         value = str(rng.randrange(0, 5))
         box.fill(value)
         return f"preset parameter {box.get_attribute('data-param')} = {value}"
@@ -333,9 +336,8 @@ def act_model(page, rng: random.Random) -> str:
         page.get_by_test_id(f"thumb-{layer}-{head}").click()
         return f"pick layer {layer} head {head}"
     if kind == "token":
-        rows = page.locator("[data-testid^='heat-row-']")
-        if rows.count():
-            row = rows.nth(rng.randrange(rows.count()))
+        row = pick(page, "[data-testid^='heat-row-']", rng)
+        if row:
             row.click()
             return f"neuron view of {row.get_attribute('data-testid')}"
         return "no rows"
@@ -400,10 +402,16 @@ def test_random_interactions_keep_every_view_true(browser, server_url, view):  #
 @pytest.mark.slow
 def test_errors_mark_the_last_result_stale_and_long_inputs_fit_a_phone(
         browser, server_url):  # noqa: F811
-    """Tab 7: 24 symbols fit 390 px; "hello world" (not in the alphabet) leaves the last
-    result marked stale. Tab 8: an empty sentence ends the "computing…" wait."""
+    """Tab 1 on a phone: its scrolling tables can be reached by keyboard (axe-core's
+    scrollable-region-focusable). Tab 7: 24 symbols fit 390 px; "hello world" (not in the
+    alphabet) leaves the last result marked stale. Tab 8: an empty sentence ends the
+    "computing…" wait."""
     context, page, outside, problems = _page(browser, server_url, PHONE)
     try:
+        page.goto(f"{page.base}#view=projections")
+        idle(page)
+        assert_fits(page)
+        assert axe_serious(page) == []
         more = json.dumps({"s2s": "abcdefghijklmnopabcdefgh"})
         page.goto(f"{page.base}#view=seq2seq&more={more}")
         idle(page)
