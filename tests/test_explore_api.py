@@ -12,7 +12,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 import qkv
-from qkv.explore import create_app
+from qkv.explore import compute, create_app
 from qkv.explore.model_service import ModelService, ModelUnavailable, load_minilm
 
 SEED_Q = [[1.0, 0.0]]
@@ -517,3 +517,39 @@ def test_seq2seq_decodes_as_the_shipped_models_or_is_a_503(client):
         assert np.array_equal(np.array(body[kind]["weights"]), np.asarray(weights, np.float64))
     bad = client.post("/api/seq2seq", json={"input": "xyz"})
     assert bad.status_code == 422 and "not a symbol" in bad.json()["detail"]
+
+
+@pytest.mark.parametrize(("request_", "heading", "said", "not_said"), [
+    ({}, "Two keys, scores [8, 0] at d_k = 64: the top two are 1 standard deviation apart",
+     ["gradient 3.4e-04: its gradient has nearly vanished",
+      "Divided by √d_k it keeps weight 0.269 and gradient 0.197 — the scale is what keeps it"],
+     []),
+    # at d_k = 1 the scale is 1: nothing vanishes, and nothing is said to
+    ({"d_k": 1}, "1 standard deviation apart",
+     ["At d_k = 1, √d_k = 1: dividing by it changes nothing",
+      "key 1 still gets weight 0.269 and gradient 0.197"], ["vanish ", "vanished"]),
+    # τ = 0.1: the scaled softmax is hard too, and the words say why
+    ({"temperature": 0.1}, "1 standard deviation apart",
+     ["Divided by τ·√d_k it gets only 4.5e-05 and gradient 4.5e-05: τ = 0.1 below 1 sharpens"],
+     ["stay at 0.000", "keeps weight"]),
+    ({"scores": [800.0, 0.0]}, "the top two are 100 standard deviations apart",
+     ["weight 0 (too small for float64)", "even the scaled softmax is nearly hard"],
+     ["one standard deviation apart"]),
+    ({"scores": [8.0, 0.0, 4.0]}, "Three keys, scores [8, 0, 4] at d_k = 64: the top two are "
+     "0.5 standard deviations apart", ["key 1 gets weight 3.3e-04"], ["Two keys"]),
+    ({"scores": [1.0, 1.0]}, "the top two are equal",
+     ["not far enough apart for its gradient to vanish"], ["vanished"]),
+])
+def test_scale_view_words_follow_its_numbers(client, request_, heading, said, not_said):
+    """The heading and summary are written from the numbers: the seed's story ("vanishes",
+    "one standard deviation apart") only where the numbers show it."""
+    example = client.post("/api/scale", json=request_).json()["example"]
+    assert heading in example["heading"]
+    for words in said:
+        assert words in example["summary"], (words, example["summary"])
+    for words in not_said:
+        assert words not in example["heading"] + " " + example["summary"], words
+    # the gradients the words describe are the ones returned
+    j = int(np.argmin(example["unscaled_weights"]))
+    vanished = example["unscaled_gradient"][j] < compute.VANISHED
+    assert ("nearly vanished" in example["summary"]) == vanished

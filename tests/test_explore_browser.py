@@ -194,8 +194,12 @@ def test_add_and_remove_keys_and_queries(page):
     idle(page)
     q = [[1.0, 0.0], [0.25, 2.0]]
     k = [*SEED_K, [0.5, -0.5]]
-    v = [*SEED_V, [-1.0, 0.0]]  # a new key comes with the value (-1, 0)
-    assert parse_vector(page.get_by_test_id("value-input-3").input_value()) == v[3]
+    # a new key comes with a unit value at a free angle: away from every arrow head before it
+    new_v = parse_vector(page.get_by_test_id("value-input-3").input_value())
+    assert math.hypot(*new_v) == pytest.approx(1, abs=0.01)
+    heads = [[1.0, 0.0], *SEED_K, *SEED_V]
+    assert min(math.dist(new_v, h) for h in heads) > 0.5, new_v
+    v = [*SEED_V, new_v]
     assert_shows_trace(page, qkv.explain(q, k, v))
     page.get_by_test_id("remove-key-0").click()
     idle(page)

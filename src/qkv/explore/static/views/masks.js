@@ -1,8 +1,9 @@
 // View 4 · Masks: which pairs may attend at all (True = may attend). Presets combine with &,
 // clicked cells flip; the grid's weights, the mask in sentences and as qkv code all come from
 // the server (POST /api/mask: qkv.masks and qkv.explain).
-import { Channel } from "../core/api.js";
+import { ApiError, Channel } from "../core/api.js";
 import { announce, el, fmt, scrollBox } from "../core/dom.js";
+import { showError } from "../core/errors.js";
 import { COLORS, legend, paint } from "../core/legend.js";
 import { state, writeURL } from "../core/state.js";
 
@@ -71,7 +72,13 @@ function writePresetControls() {
   }
 }
 
+const SEED_PROBLEM = "seed: write a whole number ≥ 0";
+
 export function show() {
+  if ($("#mask-seed").classList.contains("bad")) { // keeps its error until it is fixed
+    showError(name, new ApiError(0, SEED_PROBLEM));
+    return;
+  }
   const n = tokenList().length;
   state.overrides = state.overrides.filter((c) => c.i < n && c.j < n);
   state.presets = readPresets();
@@ -85,6 +92,8 @@ function render(data) {
   $("#mask-repr").textContent = t.mask === null ? "None" : t.mask;
   $("#mask-description").textContent = data.description;
   const table = el("table", { cls: "matrix mask" });
+  const n = data.tokens.length;
+  table.append(el("caption", { "data-testid": "shape-mask" }, `weights: ${n} × ${n} (n_q × n_k)`));
   table.append(el("tr", {}, [el("th", {}, "query ↓ key →"),
     ...data.tokens.map((tok) => el("th", { cls: "tok" }, tok)), el("th", {}, "Σ")]));
   data.tokens.forEach((tok, i) => {
@@ -169,11 +178,16 @@ export function mount(section) {
     show();
   });
   $("#mask-seed").addEventListener("input", () => {
-    const seed = Number($("#mask-seed").value);
-    if (Number.isInteger(seed) && seed >= 0) {
-      state.seed = seed;
-      show();
+    const text = $("#mask-seed").value.trim();
+    const seed = Number(text);
+    const bad = text === "" || !Number.isInteger(seed) || seed < 0;
+    $("#mask-seed").classList.toggle("bad", bad);
+    if (bad) {
+      showError(name, new ApiError(0, SEED_PROBLEM));
+      return;
     }
+    state.seed = seed;
+    show();
   });
   $("#mask-uniform").addEventListener("change", () => {
     state.uniform = $("#mask-uniform").checked;
@@ -189,6 +203,7 @@ export function mount(section) {
 export function sync() {
   $("#mask-tokens").value = state.tokens;
   $("#mask-seed").value = state.seed;
+  $("#mask-seed").classList.remove("bad");
   $("#mask-uniform").checked = state.uniform;
   writePresetControls();
 }

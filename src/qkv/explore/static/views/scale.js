@@ -28,7 +28,14 @@ const sliderFromTau = (tau) => Math.round(100 * Math.log10(tau > 0 ? tau : 1));
 
 const channel = new Channel(name, "/api/scale", render);
 
+const SCORES_PROBLEM = "scores: write numbers separated by commas, e.g. 8, 0";
+
 export function show() {
+  // scores typed wrong keep their error (and no answer for other inputs) until fixed
+  if ($("#scale-scores").classList.contains("bad")) {
+    showError(name, new ApiError(0, SCORES_PROBLEM));
+    return;
+  }
   channel.send({ scores: state.scores, d_k: state.dk, temperature: state.tau, seed: 0,
     n_keys: 16 });
 }
@@ -67,7 +74,7 @@ function render(data) {
   const gradRow = (testName, grads) => el("p", { cls: "grad" }, [
     "gradient reaching each score, ∂w_j/∂score_j = w_j(1 − w_j): ",
     ...grads.flatMap((g, j) => [j ? ", " : "", el("b", { "data-testid": `${testName}-${j}`,
-      "data-value": g }, g < 1e-3 ? g.toExponential(1) : fmt(g))]),
+      "data-value": g }, g === 0 ? "0" : g < 1e-3 ? g.toExponential(1) : fmt(g))]),
   ]);
   $("#scale-example").replaceChildren(
     el("h3", { "data-testid": "scale-heading" }, ex.heading),
@@ -82,6 +89,7 @@ function render(data) {
   );
   last = ex;
   renderTask(ex);
+  if (answered) checkWhy(); // the check's words follow the numbers now on screen
   announce(`d_k ${ex.d_k}: scaled weights ${ex.weights.map((w) => fmt(w, 3)).join(", ")}; ` +
     `unscaled ${ex.unscaled_weights.map((w) => fmt(w, 4)).join(", ")}`);
   const keyLabels = r.raw_weights.map((_, j) => `k${j}`);
@@ -103,8 +111,10 @@ function render(data) {
 
 // -- the guided task and the check -------------------------------------------------------------
 let last = null; // the last answer's example, for the check
+let answered = false; // the learner has checked an answer: re-check it with each answer
 const TASK_SHARE = 0.01; // the task: the lower key's unscaled weight below 1%
-const pct = (w) => (w < 1e-4 ? `${(100 * w).toExponential(1)}%` : `${(100 * w).toFixed(2)}%`);
+const pct = (w) => (w === 0 ? "0% (too small for float64)"
+  : w < 1e-4 ? `${(100 * w).toExponential(1)}%` : `${(100 * w).toFixed(2)}%`);
 const lowest = (ws) => ws.reduce((b, x, j) => (x < ws[b] ? j : b), 0);
 
 // the d_k values the slider can take, and what each answer showed for the lower key's
@@ -188,6 +198,7 @@ export function sync() {
   $("#tau-value").textContent = String(state.tau);
   if (document.activeElement !== $("#scale-scores")) {
     $("#scale-scores").value = state.scores.join(", ");
+    $("#scale-scores").classList.remove("bad");
   }
 }
 
@@ -207,13 +218,17 @@ export function mount(section) {
   });
   $("#scale-scores").addEventListener("input", () => {
     const parsed = parseVector($("#scale-scores").value);
+    $("#scale-scores").classList.toggle("bad", !parsed);
     if (!parsed) {
-      showError(name, new ApiError(0, "scores: write numbers separated by commas, e.g. 8, 0"));
+      showError(name, new ApiError(0, SCORES_PROBLEM));
       return;
     }
     state.scores = parsed;
     writeURL();
     show();
   });
-  $("#check-why-run").addEventListener("click", checkWhy);
+  $("#check-why-run").addEventListener("click", () => {
+    answered = true;
+    checkWhy();
+  });
 }

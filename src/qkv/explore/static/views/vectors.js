@@ -39,6 +39,12 @@ function request() {
 }
 
 export function show() {
+  // a vector typed wrong keeps its error (and no answer for other inputs) until it is fixed
+  const bad = root.querySelector("input.bad");
+  if (bad) {
+    showError(name, new ApiError(0, bad.dataset.problem));
+    return;
+  }
   const scale = String(state.scale).trim();
   if (scale !== "" && !Number.isFinite(Number(scale))) {
     showError(name, new ApiError(0, `scale: “${scale}” is not a number`));
@@ -215,8 +221,9 @@ function vectorInput(kind, index, vec) {
     const letter = NAME_OF[kind];
     if (!parsed) {
       input.classList.add("bad");
-      showError(name, new ApiError(0,
-        `${letter}${index}: “${input.value}” is not a list of numbers (write e.g. 0.5, -1)`));
+      input.dataset.problem =
+        `${letter}${index}: “${input.value}” is not a list of numbers (write e.g. 0.5, -1)`;
+      showError(name, new ApiError(0, input.dataset.problem));
       return;
     }
     input.classList.remove("bad");
@@ -306,6 +313,11 @@ function renderSteps(data) {
   );
   renderTask(t);
   if (pendingCheck && t.weights.length === state.q.length) finishCheck(t);
+  else if (checkShown) { // the inputs changed since the check: its words no longer apply
+    $('[data-testid="check-shape"]').textContent = "";
+    $('[data-testid="check-shape"]').classList.remove("done");
+    checkShown = false;
+  }
   const w = t.weights[0].map((x) => fmt(x, 3)).join(", ");
   announce(`${moved}weights of q0: ${w}; output (${t.output[0].map((x) => fmt(x, 3)).join(", ")})`);
 }
@@ -368,6 +380,7 @@ function renderTask(t) {
 }
 
 let pendingCheck = null; // the learner's answer, waiting for qkv's 10 × 10 weights
+let checkShown = false; // the check's verdict is on screen (until the inputs change)
 const CHECK_TOKENS = 10;
 
 /** "Check yourself" 1: read the answer, build 10 tokens, and let qkv's weights decide. */
@@ -397,6 +410,7 @@ function finishCheck(t) {
   const [rows, cols] = [t.weights.length, t.weights[0].length];
   const [r, c] = pendingCheck;
   pendingCheck = null;
+  checkShown = true;
   const box = $('[data-testid="check-shape"]');
   const right = r === rows && c === cols;
   box.classList.toggle("done", right);
