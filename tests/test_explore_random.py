@@ -386,11 +386,11 @@ def act_farback(page, rng: random.Random) -> str:
         page.get_by_test_id("far-apply").click()
         return f"distractors {lags}"
     if choice == 5:
-        bars = page.locator(".far-bar")
-        i = rng.randrange(bars.count() or 1)
-        if bars.count():
-            bars.nth(i).dispatch_event("click")
-        return f"click step {i}"
+        bar = pick(page, ".far-bar", rng)
+        if not bar:
+            return "no steps"
+        bar.dispatch_event("click")
+        return f"click the step at lag {bar.get_attribute('data-lag')}"
     button = rng.choice(["far-recent", "far-none", "far-reset"])
     page.get_by_test_id(button).click()
     return button
