@@ -93,21 +93,15 @@ def make_series(seed: int, event_lag: int | None = None, event_sign: int | None 
     return types, sizes, signs, lag
 
 
-def features(types, sizes, signs, n_types: int) -> np.ndarray:
-    """The task's per-step features ``(1, W, n_types + 3)``, as :func:`farback.sample` makes
-    them."""
-    x = np.concatenate([np.eye(n_types)[types], sizes[:, None], signs[:, None],
-                        (signs * sizes)[:, None]], axis=-1)
-    return x[None].astype(np.float32)
-
-
 def read(seed: int, event_lag=None, event_sign=None, distractor_lags=None) -> dict:
     """Each model's prediction for the series, the truth, and the attention model's weights."""
     ms = models()
     config = ms["attention"].config
     types, sizes, signs, lag = make_series(seed, event_lag, event_sign, distractor_lags)
     W = config.window
-    x = features(types, sizes, signs, config.n_types)  # (1, W, d_in)
+    from qkv.tasks import farback
+
+    x = farback.features(types[None], sizes[None], signs[None], config.n_types)  # (1, W, d_in)
     truth = int(signs[W - lag])
     out = {"seed": seed, "window": W, "trained_lags": [config.min_lag, W],
            "types": types.tolist(), "sizes": sizes.tolist(), "signs": [int(v) for v in signs],

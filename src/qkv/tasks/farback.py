@@ -150,10 +150,15 @@ def sample(config: FarbackConfig, rng: np.random.Generator, n: int) -> Series:
     sizes = np.where((types == 0) & (sizes >= 1.0), rng.uniform(0.1, 1.0, (n, W)), sizes)
     types[rows, pos] = 0
     sizes[rows, pos] = rng.uniform(3.0, 5.0, n)
-    x = np.concatenate([np.eye(c.n_types)[types], sizes[..., None], signs[..., None],
-                        (signs * sizes)[..., None]], axis=-1).astype(np.float32)
     target = (signs[rows, pos] > 0).astype(np.int64)
-    return Series(x, types, sizes, signs, lag, target)
+    return Series(features(types, sizes, signs, c.n_types), types, sizes, signs, lag, target)
+
+
+def features(types, sizes, signs, n_types: int) -> np.ndarray:
+    """The per-step features ``(B, W, n_types + 3)`` float32 of series given as types, sizes
+    and signs ``(B, W)``: [onehot(type), size, sign, sign · size]."""
+    return np.concatenate([np.eye(n_types)[types], sizes[..., None], signs[..., None],
+                           (signs * sizes)[..., None]], axis=-1).astype(np.float32)
 
 
 def lag_buckets(config: FarbackConfig, n: int = 4) -> list[tuple[int, int]]:
