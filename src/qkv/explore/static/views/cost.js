@@ -12,7 +12,8 @@ export const READS = {
     "tile", "workers", "tiles.empty", "tiles.partial", "tiles.full", "tiles.total", "grid",
     "mask_description"],
   "/api/cost/growth": ["live.methods.method", "live.methods.points.n",
-    "live.methods.points.seconds", "live.methods.slope", "live.fit_from", "live.repeats",
+    "live.methods.points.seconds", "live.methods.slope", "live.methods.stopped",
+    "live.fit_from", "live.repeats",
     "live.budget_seconds", "shipped.methods.method", "shipped.methods.points.n",
     "shipped.methods.points.seconds", "shipped.methods.slope", "shipped.fit_from",
     "shipped.window", "shipped.command",
@@ -160,7 +161,7 @@ function renderGrowth(g) {
     el("td", {}, shipped[k].slope === null ? "—" : growthWord(shipped[k].slope))]);
   const table = scrollBox([el("table", { cls: "matrix", "data-testid": "growth-slopes" }, [
     el("caption", {}, "4 methods × fitted slope of log time on log n"),
-    el("tr", {}, ["method", `live (n ≥ ${g.live.fit_from})`, `shipped (n ≥ ${g.shipped.fit_from.toLocaleString("en")})`, "grows"]
+    el("tr", {}, ["method", `live (n ≥ ${g.live.fit_from})`, `shipped (n ≥ ${g.shipped.fit_from.toLocaleString("en")})`, "shipped: grows"]
       .map((t) => el("th", {}, t))),
     ...live.map(slopeRow)])], "fitted slopes");
   // words from the numbers: growth, the crossover, the largest n
@@ -190,8 +191,9 @@ function renderGrowth(g) {
   const liveD = live.find((m) => m.method === "qkv dense");
   if (liveD.points.length) {
     const lp = lastOf(liveD);
-    words.push(`Timed just now up to n = ${lp.n.toLocaleString("en")} (best of ${g.live.repeats}, ` +
-      `within ${g.live.budget_seconds} s): dense ${secs(lp.seconds)} at n = ${lp.n.toLocaleString("en")}` +
+    words.push(`Timed just now (best of ${g.live.repeats}, within ${g.live.budget_seconds} s): ` +
+      `dense ${secs(lp.seconds)} at n = ${lp.n.toLocaleString("en")}` +
+      (liveD.stopped ? ` — it stopped there: ${liveD.stopped}` : "") +
       (liveD.slope === null ? "." : `, fitted slope ${liveD.slope.toFixed(2)} on n ≥ ` +
         `${g.live.fit_from} (${liveD.slope < dense.slope ? "below" : "at or above"} the shipped ` +
         `${dense.slope.toFixed(2)}, which is fitted on n ≥ ${g.shipped.fit_from.toLocaleString("en")}).` +
