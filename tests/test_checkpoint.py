@@ -376,3 +376,14 @@ def test_cli_cannot_write_a_checkpoint_in_one_line(tmp_path):
     with pytest.raises(SystemExit, match=r"cannot write the checkpoint .*a-file/seq2seq-fixed"):
         main(["train", "seq2seq", "--quick", "--steps", "2", "--per-bucket", "1",
               "--no-progress", "--save-dir", str(blocker)])
+
+
+def test_cli_saves_the_farback_models_where_asked(tmp_path):
+    from qkv.tasks import farback
+
+    main(["train", "farback", "--quick", "--steps", "2", "--held-out", "40", "--no-progress",
+          "--save-dir", str(tmp_path)])
+    for kind in farback.KINDS:
+        model = farback.FarbackModel.load(tmp_path / f"farback-{kind}.safetensors")
+        assert model.kind == kind and model.config.window == 64 and model.config.steps == 2
+        assert set(model.metrics) >= {"accuracy", "by_lag"}

@@ -42,6 +42,8 @@ from test_explore_browser import (
     shown,
     shown_matrix,
 )
+from test_explore_lesson_views import api as lesson_api
+from test_explore_lesson_views import assert_far_shows, assert_growth_shows, far_state
 from test_explore_views import _page
 
 SEED = 21
@@ -57,6 +59,13 @@ def matrix(text: str) -> list[list[float]]:
 def set_range(page, testid: str, value: int) -> None:
     page.get_by_test_id(testid).evaluate(
         "(e, v) => { e.value = v; e.dispatchEvent(new Event('input', {bubbles: true})); }", value)
+
+
+def pick(page, selector: str, rng: random.Random):
+    """One of the elements matching selector, at random; None if there is none."""
+    found = page.locator(selector)
+    count = found.count()
+    return found.nth(rng.randrange(count)) if count else None
 
 
 def random_numbers(rng: random.Random, n: int) -> str:
@@ -188,28 +197,26 @@ def act_vectors(page, rng: random.Random) -> str:
     kind = rng.choice(["drag", "drag", "type", "invalid", "long", "add", "remove", "scale",
                        "toggle", "reset", "check"])
     if kind == "drag":
-        handles = page.locator("[data-testid^='handle-']")
-        testid = handles.nth(rng.randrange(handles.count())).get_attribute("data-testid")
+        testid = pick(page, "[data-testid^='handle-']", rng).get_attribute("data-testid")
         page.get_by_test_id("plane").scroll_into_view_if_needed()
         x, y = round(rng.uniform(-2.2, 2.2), 2), round(rng.uniform(-2.2, 2.2), 2)
         drag_arrow_head(page, testid, x, y)
         return f"drag {testid} to ({x}, {y})"
-    inputs = page.locator("#view-vectors input[data-testid*='-input-']")
+    inputs = "#view-vectors input[data-testid*='-input-']"
     if kind in ("type", "invalid", "long"):
-        box = inputs.nth(rng.randrange(inputs.count()))
+        box = pick(page, inputs, rng)
         text = {"type": random_numbers(rng, 2), "invalid": "1, abc",
                 "long": random_numbers(rng, 17)}[kind]
         box.fill(text)
         return f"type {text!r} into {box.get_attribute('data-testid')}"
     if kind == "add":
         which = rng.choice(["add-query", "add-key"])
-        if page.get_by_test_id(which).is_enabled() and inputs.count() < 14:
+        if page.get_by_test_id(which).is_enabled() and page.locator(inputs).count() < 14:
             page.get_by_test_id(which).click()
         return which
     if kind == "remove":
-        buttons = page.locator("#view-vectors button.remove:enabled")
-        if buttons.count():
-            button = buttons.nth(rng.randrange(buttons.count()))
+        button = pick(page, "#view-vectors button.remove:enabled", rng)
+        if button:
             testid = button.get_attribute("data-testid")
             button.click()
             return f"click {testid}"
@@ -323,10 +330,9 @@ def act_masks(page, rng: random.Random) -> str:
     kind = rng.choice(["cell", "cell", "cell", "preset", "param", "tokens", "long", "empty",
                        "seed", "uniform", "clear"])
     if kind == "cell":
-        cells = page.locator("[data-testid^='mask-cell-']")
-        if not cells.count():
+        cell = pick(page, "[data-testid^='mask-cell-']", rng)
+        if not cell:
             return "no cells"
-        cell = cells.nth(rng.randrange(cells.count()))
         testid = cell.get_attribute("data-testid")
         cell.click()
         return f"click {testid}"
@@ -335,8 +341,7 @@ def act_masks(page, rng: random.Random) -> str:
         page.get_by_test_id(f"preset-{name}").click()
         return f"toggle preset {name}"
     if kind == "param":
-        params = page.locator("#presets input[data-param]")
-        box = params.nth(rng.randrange(params.count()))
+        box = pick(page, "#presets input[data-param]", rng)
         value = str(rng.randrange(0, 5))
         box.fill(value)
         return f"preset parameter {box.get_attribute('data-param')} = {value}"
@@ -427,9 +432,8 @@ def act_model(page, rng: random.Random) -> str:
         page.get_by_test_id(f"thumb-{layer}-{head}").click()
         return f"pick layer {layer} head {head}"
     if kind == "token":
-        rows = page.locator("[data-testid^='heat-row-']")
-        if rows.count():
-            row = rows.nth(rng.randrange(rows.count()))
+        row = pick(page, "[data-testid^='heat-row-']", rng)
+        if row:
             row.click()
             return f"neuron view of {row.get_attribute('data-testid')}"
         return "no rows"
@@ -441,8 +445,119 @@ def act_model(page, rng: random.Random) -> str:
     return f"sentence of {count} words"
 
 
+# -- far back ----------------------------------------------------------------------------------
+def verify_farback(page) -> None:
+    """Each model's answer and every step's weight shown are the server's for the URL's series,
+    and those are the shipped models' (assert_far_shows)."""
+    if error_shown(page):
+        return
+    assert_far_shows(page, lesson_api(page, "/api/farback", far_state(page)))
+
+
+@interaction("farback", verify=verify_farback)
+def act_farback(page, rng: random.Random) -> str:
+    """One random thing to the far-back view: a new series, a seed (sometimes invalid), the
+    event's lag or sign, distractors typed (sometimes out of range) or clicked, a preset."""
+    choice = rng.randrange(8)
+    if choice == 0:
+        page.get_by_test_id("far-new").click()
+        return "new series"
+    if choice == 1:
+        seed = rng.choice([rng.randrange(0, 10_000), -rng.randrange(1, 9)])
+        page.get_by_test_id("far-seed").fill(str(seed))
+        page.get_by_test_id("far-seed").dispatch_event("change")
+        return f"seed {seed}"
+    if choice == 2:
+        lag = rng.randrange(1, 257)
+        set_range(page, "far-lag", lag)
+        return f"event lag {lag}"
+    if choice == 3:
+        page.get_by_test_id("far-sign").click()
+        return "flip the sign"
+    if choice == 4:
+        lags = rng.sample(range(1, 300), rng.randrange(0, 12))
+        page.get_by_test_id("far-distractors").fill(", ".join(map(str, lags)))
+        page.get_by_test_id("far-apply").click()
+        return f"distractors {lags}"
+    if choice == 5:
+        bar = pick(page, ".far-bar", rng)
+        if not bar:
+            return "no steps"
+        bar.dispatch_event("click")
+        return f"click the step at lag {bar.get_attribute('data-lag')}"
+    button = rng.choice(["far-recent", "far-none", "far-reset"])
+    page.get_by_test_id(button).click()
+    return button
+
+
+# -- cost: the tiles and time against n -----------------------------------------------------------
+def verify_cost(page) -> None:
+    if error_shown(page):
+        return
+    n = json.loads(url_state(page)["more"])["cost"]["n"]
+    assert shown(page, "cost-entries")["cost-entries"][0] == n * n
+    if page.get_by_test_id("growth-slopes").count():
+        assert_growth_shows(page)
+
+
+@interaction("cost", verify=verify_cost)
+def act_cost(page, rng: random.Random) -> str:
+    kind = rng.choice(["n", "n", "mask", "mask", "time"])
+    if kind == "n":
+        exponent = rng.randrange(4, 17)
+        set_range(page, "cost-n", exponent)
+        return f"n = 2^{exponent}"
+    if kind == "mask":
+        mask = rng.choice(["none", "causal", "window", "documents"])
+        page.get_by_test_id("cost-mask").select_option(mask)
+        return f"mask {mask}"
+    largest = rng.choice(["512", "1024", "2048"])
+    page.get_by_test_id("growth-max").select_option(largest)  # times it again
+    return f"time live up to n = {largest}"
+
+
+# -- encoder–decoder -------------------------------------------------------------------------------
+def verify_seq2seq(page) -> None:
+    if error_shown(page):
+        return
+    from qkv.tasks import seq2seq
+
+    text = json.loads(url_state(page)["more"])["s2s"].strip().lower()
+    symbols = np.array(["abcdefghijklmnop".index(c) for c in text])
+    weights = {}
+    for kind in ("attention", "fixed"):
+        out, weights[kind] = seq2seq.load_pretrained(kind).translate(symbols)
+        assert page.get_by_test_id(f"{kind}-output").text_content() == \
+            "".join("abcdefghijklmnop"[t] for t in out)
+    got, _ = shown_matrix(page, "attention-w", len(text), len(text))
+    np.testing.assert_array_equal(got, np.asarray(weights["attention"], np.float64))
+    assert shown(page, "fixed-w-") == {}  # one context vector, no weights over the input
+
+
+@interaction("seq2seq", verify=verify_seq2seq)
+def act_seq2seq(page, rng: random.Random) -> str:
+    kind = rng.choice(["typed", "typed", "long", "short", "invalid", "empty", "too long"])
+    if kind in ("long", "short"):
+        page.get_by_test_id(f"seq2seq-{kind}").click()
+        return f"a {kind} input"
+    n = {"typed": rng.randrange(1, 41), "invalid": 6, "empty": 0, "too long": 70}[kind]
+    letters = "abcdefghijklmnop" + ("xyz " if kind == "invalid" else "")
+    text = "".join(rng.choice(letters) for _ in range(n))
+    if kind == "invalid":
+        text = text[:-1] + "z"
+    page.get_by_test_id("seq2seq-input").fill(text)
+    page.get_by_test_id("seq2seq-run").click()
+    return f"input {text!r}"
+
+
 # -- the test -------------------------------------------------------------------------------------
 def ready(page, view: str) -> None:
+    first = {"farback": "far-curves-table", "seq2seq": "seq2seq-curve-table",
+             "cost": "growth-slopes"}.get(view)
+    if first:  # these score the shipped models or time n live: on a busy machine, slow
+        page.wait_for_selector(f"[data-testid='{first}'], [data-testid='error']:visible",
+                               timeout=180_000)
+        page.locator("html[data-pending='0']").wait_for(state="attached", timeout=180_000)
     idle(page)
     if view == "model":  # the first answer also loads the model
         page.wait_for_selector("[data-testid='thumb-0-0'], [data-testid='error']:visible")
@@ -494,10 +609,16 @@ def test_random_interactions_keep_every_view_true(browser, server_url, view):  #
 @pytest.mark.slow
 def test_errors_mark_the_last_result_stale_and_long_inputs_fit_a_phone(
         browser, server_url):  # noqa: F811
-    """Tab 7: 24 symbols fit 390 px; "hello world" (not in the alphabet) leaves the last
-    result marked stale. Tab 8: an empty sentence ends the "computing…" wait."""
+    """Tab 1 on a phone: its scrolling tables can be reached by keyboard (axe-core's
+    scrollable-region-focusable). Tab 7: 24 symbols fit 390 px; "hello world" (not in the
+    alphabet) leaves the last result marked stale. Tab 8: an empty sentence ends the
+    "computing…" wait."""
     context, page, outside, problems = _page(browser, server_url, PHONE)
     try:
+        page.goto(f"{page.base}#view=projections")
+        idle(page)
+        assert_fits(page)
+        assert axe_serious(page) == []
         more = json.dumps({"s2s": "abcdefghijklmnopabcdefgh"})
         page.goto(f"{page.base}#view=seq2seq&more={more}")
         idle(page)

@@ -71,6 +71,8 @@ def declared(openapi: dict, path: str, field: str) -> str | None:
     walked = []
     for part in field.split("."):
         schema = resolve(openapi, schema)
+        while schema.get("type") == "array":  # a list of objects: its items' fields
+            schema = resolve(openapi, schema["items"])
         props = schema.get("properties")
         if props is None:
             return (f"{'.'.join(walked) or 'the answer'} is an undeclared object "
@@ -114,6 +116,8 @@ def test_the_check_catches_an_undeclared_field(openapi):
     assert "not declared" in declared(openapi, "/api/mistakes", "d_modle")
     assert "not declared" in declared(openapi, "/api/trace", "trace.wieghts")
     assert "undeclared object" in declared(openapi, "/api/colors", "low_rgb")
+    assert declared(openapi, "/api/cost/growth", "live.methods.points.seconds") is None
+    assert "not declared" in declared(openapi, "/api/cost/growth", "live.methods.points.secs")
 
 
 def test_the_mistakes_answer_keeps_d_model_and_d_k():
@@ -144,7 +148,7 @@ def test_the_page_reads_only_fields_its_views_declare(page):  # noqa: F811
 
     page.add_init_script("window.qkvRecordReads = true")
     for view in ("projections", "vectors", "scale", "masks", "mistakes", "cost", "seq2seq",
-                 "model"):
+                 "farback", "model"):
         page.goto(f"{page.base}#view={view}")
         idle(page)
     page.goto(f"{page.base}#view=mistakes")

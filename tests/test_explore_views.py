@@ -29,7 +29,8 @@ from test_explore_live import cli_server
 
 pytestmark = pytest.mark.skipif(not __import__("os").path.exists(CHROMIUM),
                                 reason=f"no {CHROMIUM}")
-VIEWS = ["projections", "vectors", "scale", "masks", "mistakes", "cost", "seq2seq", "model"]
+VIEWS = ["projections", "vectors", "scale", "masks", "mistakes", "cost", "seq2seq", "farback",
+         "model"]
 DESKTOP = {"width": 1400, "height": 900}
 PHONE = {"width": 390, "height": 844}
 
@@ -290,9 +291,13 @@ def test_encoder_decoder_view_decodes_as_the_model_does_or_says_what_is_missing(
         out, weights = seq2seq.load_pretrained(kind).translate(symbols)
         text = "".join("abcdefghijklmnop"[t] for t in out)
         assert page.get_by_test_id(f"{kind}-output").text_content() == text
-        cells = shown(page, f"{kind}-w-")
-        shown_w = np.array([[cells[f"{kind}-w-{t}-{j}"][0] for j in range(5)] for t in range(5)])
-        np.testing.assert_array_equal(shown_w, np.asarray(weights, np.float64))
+    cells = shown(page, "attention-w-")
+    shown_w = np.array([[cells[f"attention-w-{t}-{j}"][0] for j in range(5)] for t in range(5)])
+    _, weights = seq2seq.load_pretrained("attention").translate(symbols)
+    np.testing.assert_array_equal(shown_w, np.asarray(weights, np.float64))
+    # the fixed model has no weights over the input: one context vector, drawn as such
+    assert shown(page, "fixed-w-") == {}
+    assert page.get_by_test_id("fixed-context").is_visible()
     shot(page, "seq2seq.png")
 
 

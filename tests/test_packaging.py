@@ -36,5 +36,7 @@ def test_the_wheel_builds_with_everything(tmp_path):
                  if p.is_file()}
     assert "qkv/explore/static/core/api.js" in expected
     expected |= {"qkv/widgets/widget.js"}  # the notebook widgets' entry module
+    expected |= {str(p.relative_to(src)) for p in (src / "qkv/tasks/data").iterdir()
+                 if not p.name.startswith(".")}  # the shipped checkpoints and results
     missing = sorted(expected - names)
     assert not missing, f"the wheel lacks {missing[:5]}"

@@ -23,6 +23,7 @@ Examples:
 from __future__ import annotations
 
 import argparse
+import pathlib
 
 HELP = ("train attention in NumPy: associative recall, the seeds' seq2seq and far-back "
         "experiments; explain a checkpoint")
@@ -124,6 +125,9 @@ def _add_farback(sub) -> None:
     p.add_argument("--weights-plot", metavar="PATH",
                    help="write the attention weights over the window for six held-out series "
                         "as line plots (.png/.svg; needs matplotlib)")
+    p.add_argument("--save-dir", metavar="DIR",
+                   help="save the three models as DIR/farback-{attention,recency,gru}"
+                        ".safetensors")
     p.set_defaults(train_run=run_farback)
 
 
@@ -446,6 +450,21 @@ def _outputs(console, args, result, plot_fn, name: str) -> None:
         console.print(f"plot: {plot_fn(result, args.plot)}")
 
 
+def _save_models(console, args, result, models, name: str) -> None:
+    """``--save-dir DIR``: each model as DIR/<name>-<kind>.safetensors, its held-out scores as
+    the checkpoint's metrics."""
+    if not args.save_dir:
+        return
+    for kind, model in models.items():
+        target = pathlib.Path(args.save_dir) / f"{name}-{kind}.safetensors"
+        try:
+            path = model.save(target, result["models"][kind])
+        except (OSError, ValueError) as exc:
+            raise SystemExit(f"qkv train {name}: cannot write the checkpoint {target}: "
+                             f"{getattr(exc, 'strerror', None) or exc}") from None
+        console.print(f"checkpoint: {path}")
+
+
 def _check_heatmap(args, name: str) -> None:
     if args.heatmap and not args.heatmap.lower().endswith((".svg", ".html", ".htm")):
         raise SystemExit(f"qkv train {name}: --heatmap must end in .svg or .html, got "
@@ -500,17 +519,7 @@ def run_seq2seq(args: argparse.Namespace) -> int:
                        title=f"attention model: output step (row) reads input position (column), "
                              f"reversing {n} symbols")
         console.print(f"alignment heat map: {fig.save(args.heatmap)}")
-    if args.save_dir:
-        from pathlib import Path
-
-        for kind, model in models.items():
-            target = Path(args.save_dir) / f"seq2seq-{kind}.safetensors"
-            try:
-                path = model.save(target, result["models"][kind])
-            except (OSError, ValueError) as exc:
-                raise SystemExit(f"qkv train seq2seq: cannot write the checkpoint {target}: "
-                                 f"{getattr(exc, 'strerror', None) or exc}") from None
-            console.print(f"checkpoint: {path}")
+    _save_models(console, args, result, models, "seq2seq")
     return 0
 
 
@@ -564,4 +573,5 @@ def run_farback(args: argparse.Namespace) -> int:
         weights, labels, s = fb.weight_examples(models["attention"])
         console.print(f"attention weights plot: "
                       f"{plots.farback_weights_plot(weights, labels, s, args.weights_plot)}")
+    _save_models(console, args, result, models, "farback")
     return 0

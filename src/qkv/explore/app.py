@@ -6,6 +6,8 @@
 - ``POST /api/projections`` (view 1), ``/api/trace`` (2), ``/api/scale`` (3), ``/api/mask`` (4),
   ``/api/mistakes`` (5), ``/api/cost`` (6), ``/api/seq2seq`` (7), ``/api/model/attentions`` and
   ``/api/model/neuron`` (8): validated by :mod:`qkv.explore.schemas`, computed by qkv.
+- ``POST /api/farback``, ``/api/farback/curves``, ``/api/seq2seq/curves``, ``/api/cost/growth``:
+  the lesson's measured claims (:mod:`qkv.explore.lesson_schemas`).
 
 Bad input is a 422 with a sentence for a person (``detail``) and one entry per problem
 (``errors``) — only for pydantic's validation errors and :class:`InputError`; any other
@@ -29,9 +31,18 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 import qkv
 
-from . import compute, lessons, projections, seq2seq_service
+from . import compute, cost_service, farback_service, lessons, projections, seq2seq_service
 from .errors import InputError, describe_validation_errors
 from .hosts import LOOPBACK_HOSTS, HostCheck
+from .lesson_schemas import (
+    CurvesRequest,
+    FarbackCurvesResponse,
+    FarbackRequest,
+    FarbackResponse,
+    GrowthRequest,
+    GrowthResponse,
+    Seq2SeqCurvesResponse,
+)
 from .limits import BodyLimits
 from .model_service import ModelService, ModelUnavailable
 from .projection_schemas import ProjectionRequest, ProjectionResponse
@@ -150,6 +161,7 @@ def create_app(allowed_hosts: list[str] | None = None,
         return JSONResponse(status_code=422, content={"detail": str(exc), "errors": []})
 
     @app.exception_handler(seq2seq_service.Seq2SeqUnavailable)
+    @app.exception_handler(farback_service.FarbackUnavailable)
     async def seq2seq_unavailable(request: Request, exc: Exception):
         return JSONResponse(status_code=503, content={"detail": str(exc), "errors": []})
 
@@ -225,6 +237,38 @@ def create_app(allowed_hosts: list[str] | None = None,
     def seq2seq(req: Seq2SeqRequest) -> dict:
         """View 7: the shipped seq2seq models (attention vs fixed context) decoding the input."""
         return seq2seq_service.decode(req.input)
+
+    @app.post("/api/seq2seq/curves", response_model=Seq2SeqCurvesResponse,
+              responses={**BAD_INPUT, 503: {"model": ErrorResponse,
+                                            "description": "checkpoints missing"}})
+    def seq2seq_curves(req: CurvesRequest) -> dict:
+        """Accuracy by input length of both shipped seq2seq models on held-out inputs."""
+        return seq2seq_service.curves()
+
+    @app.post("/api/farback", response_model=FarbackResponse,
+              responses={**BAD_INPUT, 503: {"model": ErrorResponse,
+                                            "description": "checkpoints missing"}})
+    def farback(req: FarbackRequest) -> dict:
+        """The shipped far-back models reading one series: predictions, the truth, and the
+        attention model's weights over the steps."""
+        return farback_service.read(req.seed, req.event_lag, req.event_sign,
+                                    req.distractor_lags)
+
+    @app.post("/api/farback/curves", response_model=FarbackCurvesResponse,
+              responses={**BAD_INPUT, 503: {"model": ErrorResponse,
+                                            "description": "checkpoints missing"}})
+    def farback_curves(req: CurvesRequest) -> dict:
+        """Accuracy by lag of the three shipped far-back models on the held-out set."""
+        return farback_service.curves()
+
+    @app.post("/api/cost/growth", response_model=GrowthResponse,
+              responses={**BAD_INPUT, 503: {"model": ErrorResponse,
+                                            "description": "checkpoints missing"}})
+    def cost_growth(req: GrowthRequest) -> dict:
+        """Time against n: small n timed now, large n from the shipped `qkv bench scaling`
+        results; and the shipped models' held-out scores (what the n² buys)."""
+        return {"live": cost_service.live(req.max_n, req.budget, req.repeats),
+                "shipped": cost_service.shipped(), "evidence": cost_service.evidence()}
 
     @app.post("/api/model/attentions", response_model=AttentionsResponse,
               responses={**BAD_INPUT, **NO_MODEL})

@@ -71,3 +71,29 @@ def decode(text: str) -> dict:
         out[kind] = {"output": decoded, "weights": np.asarray(weights, np.float64).tolist(),
                      "correct": correct, "length": int(tokens.size)}
     return out
+
+
+_curves: dict[int, dict] = {}
+
+
+def curves(per_bucket: int = 200) -> dict:
+    """Token accuracy and exact match by input length of both shipped models on the task's
+    held-out set (``per_bucket`` sequences per length bucket, :func:`seq2seq.held_out`), scored
+    by :func:`seq2seq.evaluate` once per process; and a held-out-style input of the longest
+    trained length (:func:`seq2seq.alignment_example`'s), for a one-click look at the
+    bottleneck."""
+    from qkv.tasks import seq2seq
+
+    models = {kind: load(kind) for kind in ("attention", "fixed")}
+    with _lock:
+        if per_bucket not in _curves:
+            config = models["attention"].config
+            sets = seq2seq.held_out(config, per_bucket)
+            src, _, _ = seq2seq.alignment_example(models["attention"], config.max_len)
+            _curves[per_bucket] = {
+                "per_bucket": per_bucket,
+                "trained_lengths": [config.min_len, config.max_len],
+                "d_hidden": config.d_hidden,
+                "long_example": "".join(LETTERS[int(t)] for t in src),
+                "models": {kind: seq2seq.evaluate(model, sets) for kind, model in models.items()}}
+        return _curves[per_bucket]

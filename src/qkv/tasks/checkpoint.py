@@ -309,6 +309,41 @@ def expect_tensors(tensors: dict[str, np.ndarray], expected: dict[str, np.ndarra
             raise CheckpointError(f"tensor {name!r} holds NaN or infinity")
 
 
+# -- a trained task model: its parameters, kind, config and held-out scores ----------------------
+def save_model(path, model, task: str, metrics: dict | None = None) -> Path:
+    """``model.params`` as ``model.<name>``, with ``task``, ``model.kind``, ``model.config``
+    and ``metrics`` (its held-out scores) as metadata."""
+    return save(path, {f"model.{n}": a for n, a in model.params.items()},
+                {"task": task, "kind": model.kind, "config": model.config.to_dict(),
+                 "metrics": metrics or {}})
+
+
+def load_model(path, cls, task: str, kinds, config_cls):
+    """The model :func:`save_model` wrote at ``path``, built as ``cls(config, kind)``; the
+    task, kind and config are checked, and the shapes ``cls.pinned_shapes(config, kind)`` in
+    the header before anything is built; ``.metrics`` holds the stored scores. Anything
+    truncated, edited or inconsistent is a CheckpointError naming the file."""
+
+    def check(meta, shapes):
+        if meta.get("task") != task or meta.get("kind") not in kinds:
+            raise CheckpointError(f"a checkpoint of task {meta.get('task')!r} "
+                                  f"(kind {meta.get('kind')!r}), not {task!r}")
+        config = config_from(config_cls, meta.get("config"))
+        expect_shapes(shapes, {f"model.{n}": s for n, s in
+                               cls.pinned_shapes(config, meta["kind"]).items()}, "config")
+        if not isinstance(meta.get("metrics", {}), dict):
+            raise CheckpointError("metrics must be a JSON object")
+
+    tensors, meta = load(path, check=check)
+    with reading(path):
+        model = cls(config_from(config_cls, meta["config"]), meta["kind"])
+        expect_tensors(tensors, {f"model.{n}": p for n, p in model.params.items()})
+        for name, p in model.params.items():
+            p[...] = tensors[f"model.{name}"]
+    model.metrics = meta.get("metrics", {})
+    return model
+
+
 def _one_line(exc: BaseException) -> str:
     text = " ".join(str(exc).split())
     return text or type(exc).__name__

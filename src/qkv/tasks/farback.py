@@ -35,14 +35,18 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import numpy as np
 
 from ..nn import GRU, Linear, MultiHeadAttention, relu, relu_backward, softmax_cross_entropy
 from ..nn._base import Layer, as_rng, check_dtype, positive_int, prefixed
+from . import checkpoint as ckpt
 from .training import cosine_lr, train_each, train_steps
 
 KINDS = ("attention", "recency", "gru")
+TASK = "farback"
+DATA = Path(__file__).parent / "data"
 
 
 @dataclass(frozen=True)
@@ -146,10 +150,15 @@ def sample(config: FarbackConfig, rng: np.random.Generator, n: int) -> Series:
     sizes = np.where((types == 0) & (sizes >= 1.0), rng.uniform(0.1, 1.0, (n, W)), sizes)
     types[rows, pos] = 0
     sizes[rows, pos] = rng.uniform(3.0, 5.0, n)
-    x = np.concatenate([np.eye(c.n_types)[types], sizes[..., None], signs[..., None],
-                        (signs * sizes)[..., None]], axis=-1).astype(np.float32)
     target = (signs[rows, pos] > 0).astype(np.int64)
-    return Series(x, types, sizes, signs, lag, target)
+    return Series(features(types, sizes, signs, c.n_types), types, sizes, signs, lag, target)
+
+
+def features(types, sizes, signs, n_types: int) -> np.ndarray:
+    """The per-step features ``(B, W, n_types + 3)`` float32 of series given as types, sizes
+    and signs ``(B, W)``: [onehot(type), size, sign, sign · size]."""
+    return np.concatenate([np.eye(n_types)[types], sizes[..., None], signs[..., None],
+                           (signs * sizes)[..., None]], axis=-1).astype(np.float32)
 
 
 def lag_buckets(config: FarbackConfig, n: int = 4) -> list[tuple[int, int]]:
@@ -314,6 +323,34 @@ class FarbackModel:
         e = self.embed(x)
         q = np.broadcast_to(self.extra["query"], (x.shape[0], 1, self.config.d_model))
         return self.attn.attention_weights(q, context=e)[:, 0, 0]
+
+    # -- checkpoints ------------------------------------------------------------------------
+    def save(self, path, metrics: dict | None = None) -> Path:
+        return ckpt.save_model(path, self, TASK, metrics)
+
+    @staticmethod
+    def pinned_shapes(config: FarbackConfig, kind: str) -> dict[str, tuple[int, ...]]:
+        """The parameter shapes that fix the sizes in ``config`` the model allocates (d_in
+        through n_types, d_model), checked in a checkpoint's header before a model is built.
+        The window is not among them: every model reads a series of any length."""
+        c, d = config, config.d_model
+        first = {"gru": ("gru.w_ih", (c.d_in, 3 * d))}.get(kind, ("embed.weight", (c.d_in, d)))
+        return {first[0]: first[1], "head.weight": (d, 2)}
+
+    @classmethod
+    def load(cls, path) -> FarbackModel:
+        """The model saved at ``path``; a :class:`~qkv.tasks.checkpoint.CheckpointError` naming
+        the file for anything truncated, edited or inconsistent."""
+        return ckpt.load_model(path, cls, TASK, KINDS, FarbackConfig)
+
+
+def load_pretrained(kind: str = "attention") -> FarbackModel:
+    """The shipped model of ``kind`` ("attention", "recency" or "gru"), trained by
+    ``qkv train farback --seed 0 --save-dir DIR`` and copied into ``qkv/tasks/data`` (see
+    docs/seeds.md); ``.metrics`` holds its held-out scores by lag."""
+    if kind not in KINDS:
+        raise ValueError(f"load_pretrained: kind must be one of {KINDS}, got {kind!r}")
+    return FarbackModel.load(DATA / f"farback-{kind}.safetensors")
 
 
 def train(model: FarbackModel, on_step=None) -> list[float]:

@@ -65,7 +65,8 @@ def ssm_scan(x, a, b, c):
     return y
 
 
-def _call(method: str, inputs) -> Callable[[], object]:
+def call(method: str, inputs) -> Callable[[], object]:
+    """A no-argument call of ``method`` on ``inputs`` (from :func:`make_inputs`)."""
     import qkv
 
     q, k, v, a, b, c = inputs
@@ -78,23 +79,36 @@ def _call(method: str, inputs) -> Callable[[], object]:
     }[method]
 
 
-def _inputs(n: int, d: int, dtype, rng):
+def make_inputs(n: int, d: int, dtype, rng):
+    """q, k, v ``(n, d)`` and the scan's a, b, c ``(d, STATE)``."""
     q, k, v = (rng.standard_normal((n, d)).astype(dtype) for _ in range(3))
     a = rng.uniform(0.9, 0.999, (d, STATE)).astype(dtype)
     b, c = (rng.standard_normal((d, STATE)).astype(dtype) / STATE for _ in range(2))
     return q, k, v, a, b, c
 
 
-def measure(fn: Callable[[], object], repeats: int) -> tuple[float, int]:
-    """(best seconds over ``repeats`` calls — one if a call takes over 1 s, peak bytes)."""
+def measure(fn: Callable[[], object], repeats: int, memory: bool = True
+            ) -> tuple[float, int | None]:
+    """(best seconds over ``repeats`` calls — one if a call takes over 1 s, peak bytes — or
+    None when ``memory`` is False: tracing allocations costs another call)."""
     best = math.inf
-    for i in range(repeats):
-        gc.collect()
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-        if best > 1.0 and i == 0:
-            break
+    collecting = gc.isenabled()
+    if not memory:  # a quick look (the explorer): no full collection per call, none during one
+        gc.disable()
+    try:
+        for i in range(repeats):
+            if memory:
+                gc.collect()
+            t0 = time.perf_counter()
+            fn()
+            best = min(best, time.perf_counter() - t0)
+            if best > 1.0 and i == 0:
+                break
+    finally:
+        if collecting:
+            gc.enable()
+    if not memory:
+        return best, None
     gc.collect()
     tracemalloc.start()
     try:
@@ -105,6 +119,16 @@ def measure(fn: Callable[[], object], repeats: int) -> tuple[float, int]:
     finally:
         tracemalloc.stop()
     return best, int(peak)
+
+
+SHIPPED = Path(__file__).parent / "data" / "scaling.json"
+# what wrote SHIPPED (docs/figures/scaling.json, same run): the command's defaults, n = 256 … 65,536
+SHIPPED_COMMAND = "qkv bench scaling --json scaling.json"
+
+
+def shipped() -> dict:
+    """The results of ``SHIPPED_COMMAND`` shipped with qkv (the JSON :func:`run` returns)."""
+    return json.loads(SHIPPED.read_text(encoding="utf-8"))
 
 
 def slope(ns, ys) -> float | None:
@@ -134,7 +158,7 @@ def run(ns: list[int], d: int, dtype, methods, *, max_seconds: float, naive_max_
                 if t2 * (n / n2) ** max(growth, 1.0) > max_seconds:
                     stopped = f"the call at n={n} would take over {max_seconds} s"
                     break
-            seconds, peak = measure(_call(method, _inputs(n, d, dtype, rng)), repeats)
+            seconds, peak = measure(call(method, make_inputs(n, d, dtype, rng)), repeats)
             points.append({"n": n, "seconds": seconds, "peak_bytes": peak})
             if on_point:
                 on_point(method, points[-1])

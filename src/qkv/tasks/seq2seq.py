@@ -275,9 +275,7 @@ class Seq2SeqModel:
 
     # -- checkpoints ------------------------------------------------------------------------
     def save(self, path, metrics: dict | None = None) -> Path:
-        return ckpt.save(path, {f"model.{n}": a for n, a in self.params.items()},
-                         {"task": TASK, "kind": self.kind, "config": self.config.to_dict(),
-                          "metrics": metrics or {}})
+        return ckpt.save_model(path, self, TASK, metrics)
 
     @staticmethod
     def pinned_shapes(config: Seq2SeqConfig, kind: str) -> dict[str, tuple[int, ...]]:
@@ -296,26 +294,7 @@ class Seq2SeqModel:
     def load(cls, path) -> Seq2SeqModel:
         """The model saved at ``path``; a :class:`~qkv.tasks.checkpoint.CheckpointError` naming
         the file for anything truncated, edited or inconsistent."""
-
-        def check(meta, shapes):
-            if meta.get("task") != TASK or meta.get("kind") not in KINDS:
-                raise ckpt.CheckpointError(f"a checkpoint of task {meta.get('task')!r} "
-                                           f"(kind {meta.get('kind')!r}), not {TASK!r}")
-            config = ckpt.config_from(Seq2SeqConfig, meta.get("config"))
-            ckpt.expect_shapes(shapes, {f"model.{n}": s for n, s in
-                                        cls.pinned_shapes(config, meta["kind"]).items()},
-                               "config")
-            if not isinstance(meta.get("metrics", {}), dict):
-                raise ckpt.CheckpointError("metrics must be a JSON object")
-
-        tensors, meta = ckpt.load(path, check=check)
-        with ckpt.reading(path):
-            model = cls(ckpt.config_from(Seq2SeqConfig, meta["config"]), meta["kind"])
-            ckpt.expect_tensors(tensors, {f"model.{n}": p for n, p in model.params.items()})
-            for name, p in model.params.items():
-                p[...] = tensors[f"model.{name}"]
-        model.metrics = meta.get("metrics", {})
-        return model
+        return ckpt.load_model(path, cls, TASK, KINDS, Seq2SeqConfig)
 
 
 def _flip(a: np.ndarray, lengths: np.ndarray) -> np.ndarray:

@@ -11,8 +11,10 @@ import * as masks from "./views/masks.js";
 import * as mistakes from "./views/mistakes.js";
 import * as cost from "./views/cost.js";
 import * as seq2seq from "./views/seq2seq.js";
+import * as farback from "./views/farback.js";
 import * as model from "./views/model.js";
 
-export const VIEWS = [projections, vectors, scale, masks, mistakes, cost, seq2seq, model];
+export const VIEWS = [projections, vectors, scale, masks, mistakes, cost, seq2seq, farback,
+  model];
 
 start(VIEWS);

@@ -34,7 +34,9 @@ const MORE = {
   proj: { shape: "circle", w_q: [[1, 0], [0, 1]], w_k: [[1, 0], [1, 1]], w_v: [[2, 0], [0, 0.5]] },
   mistakes: { wrong_scale: false, wrong_axis: false, swap_kv: false },
   cost: { n: 4096, mask: "causal" },
-  s2s: "abcdefghij",
+  // a held-out-style input of the longest trained length (what /api/seq2seq/curves calls
+  // long_example): the first look shows the fixed context vector's bottleneck
+  s2s: "lohbhilialgfipfialpgnjdhnaimmomkbpdgnbfd",
 };
 
 let viewNames = [];

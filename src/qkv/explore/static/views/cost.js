@@ -1,6 +1,7 @@
 // View 6 · Cost: n × n scores, the work and memory they take, and the tiles a mask lets qkv's
 // kernel skip (POST /api/cost: sizes, and qkv.engine.block_map's classification).
 import { Channel } from "../core/api.js";
+import { lineChart, PALETTE } from "../core/chart.js";
 import { announce, el, scrollBox } from "../core/dom.js";
 import { COLORS, heat, heatRGB, maskedRGB } from "../core/legend.js";
 import { state, writeURL } from "../core/state.js";
@@ -10,6 +11,17 @@ export const READS = {
   "/api/cost": ["n", "d", "entries", "flops_dense", "flops_qkv", "naive_bytes", "qkv_bytes",
     "tile", "workers", "tiles.empty", "tiles.partial", "tiles.full", "tiles.total", "grid",
     "mask_description"],
+  "/api/cost/growth": ["live.methods.method", "live.methods.points.n",
+    "live.methods.points.seconds", "live.methods.slope", "live.methods.stopped",
+    "live.fit_from", "live.repeats",
+    "live.budget_seconds", "shipped.methods.method", "shipped.methods.points.n",
+    "shipped.methods.points.seconds", "shipped.methods.slope", "shipped.fit_from",
+    "shipped.window", "shipped.command",
+    "evidence.farback.attention.accuracy", "evidence.farback.attention.worst_accuracy",
+    "evidence.farback.gru.accuracy", "evidence.farback.recency.accuracy",
+    "evidence.farback_held_out", "evidence.seq2seq.attention.lengths",
+    "evidence.seq2seq.attention.token_accuracy", "evidence.seq2seq.fixed.token_accuracy",
+    "evidence.seq2seq_per_bucket"],
 };
 
 let root;
@@ -31,6 +43,10 @@ export function show() {
   $("#cost-n-value").textContent = `n = ${state.cost.n.toLocaleString("en")}`;
   $("#cost-mask").value = state.cost.mask;
   channel.send({ n: state.cost.n, mask: state.cost.mask });
+  if (!growthAsked) {
+    growthAsked = true;
+    askGrowth();
+  }
 }
 
 function render(data) {
@@ -81,6 +97,8 @@ function render(data) {
 
 export function mount(section) {
   root = section;
+  $("#growth-run").addEventListener("click", askGrowth);
+  $("#growth-max").addEventListener("change", askGrowth);
   $("#cost-n").addEventListener("input", () => {
     state.cost.n = 2 ** Number($("#cost-n").value);
     writeURL();
@@ -91,6 +109,114 @@ export function mount(section) {
     writeURL();
     show();
   });
+}
+
+// -- time against n: O(n²) against a linear scan (POST /api/cost/growth) ----------------------
+const growthChannel = new Channel(name, "/api/cost/growth", renderGrowth);
+let growthAsked = false;
+const METHOD_LABEL = { "qkv dense": "dense", "qkv causal": "causal", "qkv window": "window",
+  "ssm scan": "state-space scan" };
+
+/** Seconds for people: 12.3 ms, 1.45 s. */
+const secs = (s) => (s >= 1 ? `${s.toFixed(2)} s` : `${(s * 1e3).toFixed(s < 0.01 ? 2 : 1)} ms`);
+/** A power of ten of seconds as an axis tick: 0.1 ms, 10 ms, 1 s. */
+const tick = (s) => (s >= 1 ? `${Math.round(s)} s` : `${+(s * 1e3).toPrecision(1)} ms`);
+/** What a fitted slope says about growth. */
+const growthWord = (k) => (k >= 1.6 ? "about n²" : k <= 1.3 ? "about n" : "between n and n²");
+
+function askGrowth() {
+  growthChannel.send({ max_n: Number($("#growth-max").value), repeats: 3 });
+}
+
+function renderGrowth(g) {
+  const live = g.live.methods;
+  const shipped = g.shipped.methods;
+  const series = [];
+  const label = (m) => (m.method === "qkv window" ? `window (w = ${g.shipped.window})`
+    : METHOD_LABEL[m.method]);
+  shipped.forEach((m, k) => series.push({ name: label(m), color: PALETTE[k], points: m.points.map((p) => ({ x: p.n, y: p.seconds, hollow: true,
+    title: `${METHOD_LABEL[m.method]}, n = ${p.n.toLocaleString("en")}: ${secs(p.seconds)} (shipped)` })) }));
+  live.forEach((m, k) => series.push({ name: `${METHOD_LABEL[m.method]}, live`, hideKey: true,
+    color: PALETTE[k], dash: "4 3", points: m.points.map((p) => ({ x: p.n, y: p.seconds,
+      title: `${METHOD_LABEL[m.method]}, n = ${p.n.toLocaleString("en")}: ${secs(p.seconds)} (live, just now)` })) }));
+  const all = series.flatMap((s) => s.points.map((p) => p.y));
+  const lo = 10 ** Math.floor(Math.log10(Math.min(...all)));
+  const hi = 10 ** Math.ceil(Math.log10(Math.max(...all)));
+  const yt = [];
+  for (let v = lo; v <= hi * 1.001; v *= 10) yt.push(v);
+  const nMax = Math.max(...series.flatMap((s) => s.points.map((p) => p.x)));
+  const xt = [];
+  for (let n = 64; n <= nMax; n *= 4) xt.push(n);
+  const chart = lineChart({ testid: "growth-chart", width: 600, height: 320, left: 78,
+    label: "time against n, log–log: dense, causal, window and a state-space scan; filled dots timed live, hollow squares shipped",
+    x: { label: "n (sequence length), log scale", log: true, domain: [48, nMax * 1.3], ticks: xt,
+      format: (n) => (n >= 1024 ? `${n / 1024}k` : String(n)) },
+    y: { label: "time, log scale", log: true, domain: [lo, hi], ticks: yt, format: tick },
+    series, caption: "● timed live, just now, on this machine   ◻ shipped: " + g.shipped.command });
+  const slopeRow = (m, k) => el("tr", {}, [el("th", {}, METHOD_LABEL[m.method]),
+    el("td", { "data-testid": `growth-slope-live-${k}`, "data-value": m.slope },
+      m.slope === null ? "too few points" : m.slope.toFixed(2)),
+    el("td", { "data-testid": `growth-slope-shipped-${k}`, "data-value": shipped[k].slope },
+      shipped[k].slope === null ? "too few points" : shipped[k].slope.toFixed(2)),
+    el("td", {}, shipped[k].slope === null ? "—" : growthWord(shipped[k].slope))]);
+  const table = scrollBox([el("table", { cls: "matrix", "data-testid": "growth-slopes" }, [
+    el("caption", {}, "4 methods × fitted slope of log time on log n"),
+    el("tr", {}, ["method", `live (n ≥ ${g.live.fit_from})`, `shipped (n ≥ ${g.shipped.fit_from.toLocaleString("en")})`, "shipped: grows"]
+      .map((t) => el("th", {}, t))),
+    ...live.map(slopeRow)])], "fitted slopes");
+  // words from the numbers: growth, the crossover, the largest n
+  const byName = Object.fromEntries(shipped.map((m) => [m.method, m]));
+  const dense = byName["qkv dense"];
+  const scan = byName["ssm scan"];
+  const lastOf = (m) => m.points[m.points.length - 1];
+  const words = [];
+  words.push(`Shipped, n = ${dense.points[0].n.toLocaleString("en")} … ${lastOf(dense).n.toLocaleString("en")}: ` +
+    shipped.map((m) => `${METHOD_LABEL[m.method]} grows with slope ${m.slope.toFixed(2)} ` +
+      `(doubling n multiplies its time by ${(2 ** m.slope).toFixed(1)})`).join("; ") + ".");
+  // the smallest n from which on the scan is faster at every shipped n
+  const both = dense.points.filter((p) => scan.points.some((q) => q.n === p.n));
+  const faster = both.map((p) => scan.points.find((q) => q.n === p.n).seconds < p.seconds);
+  const from = faster.every((f) => f) ? 0 : faster.lastIndexOf(false) + 1;
+  const cross = from < both.length ? both[from] : undefined;
+  const dN = lastOf(dense);
+  const sN = scan.points.find((q) => q.n === dN.n);
+  if (cross && sN) {
+    words.push(`The scan is faster than dense attention from n = ${cross.n.toLocaleString("en")} on` +
+      `${cross.n > dense.points[0].n ? " (below that, dense attention is faster)" : ""}; ` +
+      `at n = ${dN.n.toLocaleString("en")} dense takes ${secs(dN.seconds)}, the scan ${secs(sN.seconds)} ` +
+      `(${(dN.seconds / sN.seconds).toFixed(1)}× less).`);
+  } else {
+    words.push("The scan is not faster than dense attention at any shipped n.");
+  }
+  const liveD = live.find((m) => m.method === "qkv dense");
+  if (liveD.points.length) {
+    const lp = lastOf(liveD);
+    words.push(`Timed just now (best of ${g.live.repeats}, within ${g.live.budget_seconds} s): ` +
+      `dense ${secs(lp.seconds)} at n = ${lp.n.toLocaleString("en")}` +
+      (liveD.stopped ? ` — it stopped there: ${liveD.stopped}` : "") +
+      (liveD.slope === null ? "." : `, fitted slope ${liveD.slope.toFixed(2)} on n ≥ ` +
+        `${g.live.fit_from} (${liveD.slope < dense.slope ? "below" : "at or above"} the shipped ` +
+        `${dense.slope.toFixed(2)}, which is fitted on n ≥ ${g.shipped.fit_from.toLocaleString("en")}).` +
+        (Math.abs(liveD.slope - dense.slope) > 0.3 ? " Live timings of a few milliseconds " +
+          "vary from run to run: time it again to see how much." : "")));
+  }
+  const ev = g.evidence;
+  const fa = ev.farback;
+  const near = (a) => (Math.abs(a - 0.5) < 0.06 ? " — near chance" : "");
+  const s2 = ev.seq2seq;
+  const longest = s2.attention.length - 1;
+  const bucket = s2.attention[longest].lengths;
+  const buys = `What the n² buys, measured on the shipped models: far back, attention answers ` +
+    `${fa.attention.accuracy.toFixed(3)} of ${ev.farback_held_out.toLocaleString("en")} held-out series right ` +
+    `(worst lag bucket ${fa.attention.worst_accuracy.toFixed(3)}), the GRU ${fa.gru.accuracy.toFixed(3)}` +
+    `${near(fa.gru.accuracy)}, the learned recency average ${fa.recency.accuracy.toFixed(3)}${near(fa.recency.accuracy)}. ` +
+    `Encoder–decoder, inputs of ${bucket[0]}–${bucket[1]} symbols: attention gets ` +
+    `${s2.attention[longest].token_accuracy.toFixed(3)} of the symbols right, the fixed context vector ` +
+    `${s2.fixed[longest].token_accuracy.toFixed(3)} (${ev.seq2seq_per_bucket.toLocaleString("en")} held-out inputs per length bucket).`;
+  $("#growth").replaceChildren(
+    el("h4", {}, "Time against n: O(n²) against a linear scan"), chart, table,
+    el("div", { "data-testid": "growth-words" }, words.map((w) => el("p", {}, w))),
+    el("p", { "data-testid": "growth-buys" }, buys));
 }
 
 export function sync() {}

@@ -92,6 +92,8 @@ function render(data) {
   $("#mask-repr").textContent = t.mask === null ? "None" : t.mask;
   $("#mask-description").textContent = data.description;
   const table = el("table", { cls: "matrix mask" });
+  const n = data.tokens.length;
+  table.append(el("caption", { "data-testid": "shape-mask" }, `weights: ${n} × ${n} (n_q × n_k)`));
   table.append(el("tr", {}, [el("th", {}, "query ↓ key →"),
     ...data.tokens.map((tok) => el("th", { cls: "tok" }, tok)), el("th", {}, "Σ")]));
   data.tokens.forEach((tok, i) => {

@@ -25,14 +25,15 @@ export function show() {
 }
 
 function render(data) {
+  const dv = `first 4 of d_v = ${data.d_k}`;
   const side = (testName, title, r) => el("div", { cls: "step" }, [
     el("h4", {}, `${title} (scale ${fmt(r.scale)})`),
     el("p", { cls: "note" }, "weights: rows are queries, Σ per row and per column"),
     matrixTable(`${testName}-weight`, r.weights, "q", "k",
-      { heat: true, digits: 3, rowSums: r.row_sums, colSums: r.col_sums }),
+      { heat: true, digits: 3, rowSums: r.row_sums, colSums: r.col_sums, dims: ["n_q", "n_k"] }),
     el("p", { cls: "note" }, "output, first 4 of the d_v numbers"),
     matrixTable(`${testName}-output`, r.output.map((row) => row.slice(0, 4)), "q", "d",
-      { digits: 3 }),
+      { digits: 3, dims: ["n_q", dv] }),
   ]);
   $("#mistakes-result").replaceChildren(
     el("p", { cls: "note" }, `one head of a MiniLM-sized layer: d_model = ${data.d_model}, ` +

@@ -1,4 +1,4 @@
-// View 8 · A real model: MiniLM (or any model the server was started with) running on qkv.
+// View 9 · A real model: MiniLM (or any model the server was started with) running on qkv.
 // Every layer's and head's weights as thumbnails, one head as a heat map, and the neuron view
 // of one token: qkv.explain of that head's q, k, v (POST /api/model/attentions, /neuron).
 import { Channel } from "../core/api.js";
@@ -121,7 +121,7 @@ function renderHeat() {
   const margin = 90;
   const size = margin + n * cell;
   $("#heat-title").textContent = `layer ${state.layer}, head ${state.head}: ` +
-    "row = query token, column = key token";
+    `${n} × ${n} weights, row = query token, column = key token`;
   const map = svg("svg", { viewBox: `0 0 ${size + 4} ${size + 4}`, width: size + 4,
     height: size + 4, cls: "heatmap", role: "group",
     "aria-label": `heat map of layer ${state.layer}, head ${state.head}: Tab to a row's token; ` +

@@ -1,0 +1,144 @@
+"""The far-back view: the shipped models of :mod:`qkv.tasks.farback` (attention, recency, GRU)
+reading one series, and their accuracy by lag on the held-out set.
+
+A series is generated from a seed by the task's own sampler, then optionally edited: the event
+(the one type-0 block trade) moved to another lag or given the other sign, and the distractor
+blocks (large trades of other types) replaced by blocks at the lags the learner placed. The
+answer is always the event's sign, so every edit keeps the task's rule.
+
+Imported lazily by the app: an install without the checkpoints answers 503 with a message.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from .errors import InputError
+
+_lock = threading.Lock()
+_models: dict[str, object] = {}
+_curves: dict[int, dict] = {}
+SMALL_SIZE = (0.1, 1.0)  # the sampler's small trades
+BLOCK_SIZE = (3.0, 8.0)  # its distractor blocks
+BIG = 3.0  # a trade of size ≥ this is a block trade
+
+
+class FarbackUnavailable(Exception):
+    """The far-back checkpoints are missing or unreadable (HTTP 503)."""
+
+
+def load(kind: str):
+    """``qkv.tasks.farback.load_pretrained(kind)``, loaded once; FarbackUnavailable if absent."""
+    with _lock:
+        if kind not in _models:
+            from qkv.tasks import farback
+
+            try:
+                _models[kind] = farback.load_pretrained(kind)
+            except (OSError, ValueError) as exc:
+                raise FarbackUnavailable(f"the far-back view cannot load the {kind} checkpoint: "
+                                         f"{exc}") from exc
+        return _models[kind]
+
+
+def models() -> dict:
+    from qkv.tasks import farback
+
+    return {kind: load(kind) for kind in farback.KINDS}
+
+
+def make_series(seed: int, event_lag: int | None = None, event_sign: int | None = None,
+                distractor_lags: list[int] | None = None):
+    """One series ``(types, sizes, signs, lag)`` of the shipped config's window: sampled from
+    ``seed``, then edited. ``distractor_lags`` replaces every block of another type (they become
+    small trades) with blocks at those lags; lags count back from the end (1 = the last step)."""
+    from qkv.tasks import farback
+
+    config = load("attention").config
+    W = config.window
+    s = farback.sample(config, np.random.default_rng([seed, 0xFA4B]), 1)
+    types, sizes, signs = s.types[0].copy(), s.sizes[0].copy(), s.signs[0].copy()
+    lag = int(s.lag[0])
+    rng = np.random.default_rng([seed, 0xED17])  # the edits' own draws, stable per seed
+    for name, lags in (("event_lag", [event_lag] if event_lag is not None else []),
+                       ("distractor_lags", distractor_lags or [])):
+        bad = [v for v in lags if not 1 <= v <= W]
+        if bad:
+            raise InputError(f"{name}: lags run from 1 (the last step) to {W} (the oldest), "
+                             f"got {bad[:3]}")
+    if event_lag is not None and event_lag != lag:
+        old, new = W - lag, W - event_lag
+        sign = signs[old]
+        # the step the event leaves becomes a small trade of another type
+        types[old], sizes[old] = int(rng.integers(1, config.n_types)), rng.uniform(*SMALL_SIZE)
+        types[new], sizes[new], signs[new] = 0, rng.uniform(3.0, 5.0), sign  # the sampler's
+        lag = event_lag
+    if event_sign is not None:
+        signs[W - lag] = float(event_sign)
+    if distractor_lags is not None:
+        if lag in distractor_lags:
+            raise InputError(f"distractor_lags: lag {lag} is the event's; a distractor must be "
+                             "at another step")
+        if len(set(distractor_lags)) != len(distractor_lags):
+            raise InputError("distractor_lags: each lag may be given once")
+        blocks = (sizes >= BIG) & (types != 0)
+        sizes[blocks] = rng.uniform(*SMALL_SIZE, int(blocks.sum()))
+        for d in distractor_lags:
+            i = W - d
+            if types[i] == 0:  # a small type-0 trade becomes a block of another type
+                types[i] = int(rng.integers(1, config.n_types))
+            sizes[i] = rng.uniform(*BLOCK_SIZE)
+    return types, sizes, signs, lag
+
+
+def read(seed: int, event_lag=None, event_sign=None, distractor_lags=None) -> dict:
+    """Each model's prediction for the series, the truth, and the attention model's weights."""
+    ms = models()
+    config = ms["attention"].config
+    types, sizes, signs, lag = make_series(seed, event_lag, event_sign, distractor_lags)
+    W = config.window
+    from qkv.tasks import farback
+
+    x = farback.features(types[None], sizes[None], signs[None], config.n_types)  # (1, W, d_in)
+    truth = int(signs[W - lag])
+    out = {"seed": seed, "window": W, "trained_lags": [config.min_lag, W],
+           "types": types.tolist(), "sizes": sizes.tolist(), "signs": [int(v) for v in signs],
+           "event": {"lag": lag, "sign": truth, "size": float(sizes[W - lag])},
+           "distractor_lags": [int(W - i) for i in
+                               np.flatnonzero((sizes >= BIG) & (types != 0))[::-1]],
+           "models": {}}
+    for kind, model in ms.items():
+        logits = model.forward(x)[0][0].astype(np.float64)  # (2,)
+        p = np.exp(logits - logits.max())
+        p /= p.sum()
+        prediction = 1 if int(np.argmax(logits)) == 1 else -1
+        out["models"][kind] = {"prediction": prediction, "p_plus": float(p[1]),
+                               "correct": prediction == truth}
+    w = ms["attention"].weights(x)[0].astype(np.float64)  # (W,)
+    out["weights"] = w.tolist()
+    top = int(np.argmax(w))
+    dis = [W - d for d in out["distractor_lags"]]
+    out["attention"] = {"top_lag": W - top, "weight_on_event": float(w[W - lag]),
+                        "weight_on_distractors": float(w[dis].sum()) if dis else 0.0,
+                        "max_distractor_weight": float(w[dis].max()) if dis else 0.0}
+    return out
+
+
+def curves(n: int = 2000) -> dict:
+    """Accuracy by lag of the three shipped models on the task's held-out set of ``n`` series
+    (:func:`farback.held_out`), computed by :func:`farback.evaluate` once per process."""
+    from qkv.tasks import farback
+
+    ms = models()
+    with _lock:
+        if n not in _curves:
+            s = farback.held_out(ms["attention"].config, n)
+            runs = {kind: farback.evaluate(model, s) for kind, model in ms.items()}
+            _curves[n] = {"held_out": n, "models": {
+                kind: {"accuracy": r["accuracy"], "by_lag": r["by_lag"]}
+                for kind, r in runs.items()},
+                "top_weight_on_event": runs["attention"]["top_weight_on_event"],
+                "mean_weight_on_event": runs["attention"]["mean_weight_on_event"]}
+        return _curves[n]

@@ -1,0 +1,202 @@
+"""The JSON of the lesson's measured claims: far back (the far-back task's shipped models), the
+encoder–decoder's accuracy by length, and the cost view's growth of time with n.
+
+Every field a view reads is declared here, so FastAPI passes it through and a test can check the
+page against the schema.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, Field
+
+from .schemas import _Strict
+
+MAX_LAG = 4096  # lags beyond the shipped window are refused by the service with its window
+MAX_DISTRACTORS = 64
+MAX_LIVE_N = 2048
+MIN_LIVE_N = 64
+
+Lag = Annotated[int, Field(strict=True, ge=1, le=MAX_LAG,
+                           description="steps back from the end: 1 is the last step")]
+
+
+class CurvesRequest(_Strict):
+    """No fields: the curves are of the shipped models on their held-out set (send ``{}``)."""
+
+
+# -- far back ----------------------------------------------------------------------------------
+class FarbackRequest(_Strict):
+    """A series of the far-back task: sampled from ``seed``, then optionally edited."""
+
+    seed: Annotated[int, Field(strict=True, ge=0, le=2**31 - 1)] = 0
+    event_lag: Lag | None = Field(None, description="move the event (the type-0 block trade) "
+                                  "to this lag")
+    event_sign: Literal[-1, 1] | None = Field(None, description="give the event this sign")
+    distractor_lags: Annotated[list[Lag], Field(max_length=MAX_DISTRACTORS)] | None = Field(
+        None, description="replace the blocks of other types by blocks at these lags")
+
+
+class FarbackEvent(BaseModel):
+    lag: int
+    sign: int = Field(description="+1 or −1: the answer")
+    size: float
+
+
+class FarbackPrediction(BaseModel):
+    prediction: int = Field(description="the model's answer, +1 or −1")
+    p_plus: float = Field(description="the model's probability that the sign is +1")
+    correct: bool
+
+
+class FarbackPredictions(BaseModel):
+    attention: FarbackPrediction
+    recency: FarbackPrediction
+    gru: FarbackPrediction
+
+
+class FarbackAttention(BaseModel):
+    top_lag: int = Field(description="the lag of the step with the largest weight")
+    weight_on_event: float
+    weight_on_distractors: float = Field(description="the weights on all distractors, summed")
+    max_distractor_weight: float
+
+
+class FarbackResponse(BaseModel):
+    seed: int
+    window: int
+    trained_lags: list[int] = Field(description="[shortest, longest] event lag in training")
+    types: list[int] = Field(description="per step, oldest first (index i has lag window − i)")
+    sizes: list[float]
+    signs: list[int]
+    event: FarbackEvent
+    distractor_lags: list[int] = Field(description="blocks (size ≥ 3) of other types, "
+                                       "most recent first")
+    models: FarbackPredictions
+    weights: list[float] = Field(description="the attention model's query over the steps "
+                                 "(window,), oldest first; sums to 1")
+    attention: FarbackAttention
+
+
+class LagBucket(BaseModel):
+    lags: list[int]
+    cases: int
+    accuracy: float
+
+
+class FarbackCurve(BaseModel):
+    accuracy: float
+    by_lag: list[LagBucket]
+
+
+class FarbackCurves(BaseModel):
+    attention: FarbackCurve
+    recency: FarbackCurve
+    gru: FarbackCurve
+
+
+class FarbackCurvesResponse(BaseModel):
+    held_out: int = Field(description="held-out series scored")
+    models: FarbackCurves
+    top_weight_on_event: float = Field(description="share of held-out series whose largest "
+                                       "attention weight is on the event")
+    mean_weight_on_event: float
+
+
+# -- encoder–decoder ---------------------------------------------------------------------------
+class LengthBucket(BaseModel):
+    lengths: list[int]
+    sequences: int
+    token_accuracy: float
+    exact_match: float
+
+
+class Seq2SeqCurves(BaseModel):
+    attention: list[LengthBucket]
+    fixed: list[LengthBucket]
+
+
+class Seq2SeqCurvesResponse(BaseModel):
+    per_bucket: int = Field(description="held-out sequences per length bucket")
+    trained_lengths: list[int]
+    d_hidden: int = Field(description="the size of the fixed model's one context vector")
+    long_example: str = Field(description="a held-out-style input of the longest trained length")
+    models: Seq2SeqCurves
+
+
+# -- cost: time against n ------------------------------------------------------------------------
+class GrowthRequest(_Strict):
+    """Time the four methods live for n = 64, 128, … max_n within ``budget`` seconds."""
+
+    max_n: Annotated[int, Field(strict=True, ge=MIN_LIVE_N, le=MAX_LIVE_N)] = MAX_LIVE_N
+    repeats: Annotated[int, Field(strict=True, ge=1, le=3)] = 2
+    budget: Annotated[float, Field(strict=True, gt=0, le=1.5)] = 1.5
+
+
+class TimePoint(BaseModel):
+    n: int
+    seconds: float
+    source: Literal["live", "shipped"]
+
+
+class TimeSeries(BaseModel):
+    method: Literal["qkv dense", "qkv causal", "qkv window", "ssm scan"]
+    points: list[TimePoint]
+    stopped: str | None = Field(description="why the curve stops before the last n, if it does")
+    slope: float | None = Field(description="least-squares slope of log time on log n for "
+                                "n ≥ fit_from (None under two points)")
+
+
+class GrowthRun(BaseModel):
+    d: int
+    dtype: str
+    window: int
+    repeats: int
+    fit_from: int
+    methods: list[TimeSeries] = Field(description="qkv dense, qkv causal, qkv window, "
+                                      "ssm scan, in this order")
+
+
+class LiveRun(GrowthRun):
+    state: int
+    budget_seconds: float
+
+
+class ShippedRun(GrowthRun):
+    command: str = Field(description="the command that produced the shipped results")
+
+
+class FarbackScore(BaseModel):
+    accuracy: float
+    worst_lags: list[int]
+    worst_accuracy: float
+
+
+class LengthScore(BaseModel):
+    lengths: list[int]
+    token_accuracy: float
+
+
+class FarbackScores(BaseModel):
+    attention: FarbackScore
+    recency: FarbackScore
+    gru: FarbackScore
+
+
+class LengthScores(BaseModel):
+    attention: list[LengthScore]
+    fixed: list[LengthScore]
+
+
+class Evidence(BaseModel):
+    farback: FarbackScores
+    seq2seq: LengthScores
+    farback_held_out: int
+    seq2seq_per_bucket: int
+
+
+class GrowthResponse(BaseModel):
+    live: LiveRun
+    shipped: ShippedRun
+    evidence: Evidence

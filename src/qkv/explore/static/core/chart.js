@@ -1,0 +1,95 @@
+// Line charts of measured curves (accuracy by lag or by length, time against n), in SVG: axes
+// with ticks, one line and its markers per series, a legend. The SVG scales with its box
+// (viewBox, width 100%), so a chart never makes a phone page wider. It draws numbers it is
+// given; it computes nothing about attention.
+import { el, svg } from "./dom.js";
+
+/** Colour-blind-safe line colours (Okabe–Ito), in series order. */
+export const PALETTE = ["#0072b2", "#d55e00", "#009e73", "#cc79a7", "#7a5c00"];
+
+function axis(spec, values, lo, hi) {
+  const t = spec.log ? Math.log10 : (v) => v;
+  const [a, b] = (spec.domain || [Math.min(...values), Math.max(...values)]).map(t);
+  const span = b - a || 1;
+  return (v) => lo + ((t(v) - a) / span) * (hi - lo);
+}
+
+/**
+ * opts: testid, label (for screen readers), left (the margin for the y ticks, 58), x and y: {label, log, domain [lo, hi], ticks
+ * [values], format(v) → text}, series: [{name, color, dash, points: [{x, y, title, hollow}]}],
+ * refY: optional {value, label} (a dashed horizontal line, e.g. chance), marks: optional
+ * [{x, label}] (vertical lines). Each marker has data-testid `${testid}-${series}-${i}` and its
+ * numbers in data-x, data-y.
+ */
+export function lineChart(opts) {
+  const W = opts.width || 560;
+  const H = opts.height || 280;
+  const m = { l: opts.left || 58, r: 14, t: 12, b: 46 };
+  const xs = opts.series.flatMap((s) => s.points.map((p) => p.x));
+  const ys = opts.series.flatMap((s) => s.points.map((p) => p.y));
+  const fx = axis(opts.x, xs, m.l, W - m.r);
+  const fy = axis(opts.y, ys, H - m.b, m.t);
+  const chart = svg("svg", { viewBox: `0 0 ${W} ${H}`, cls: "chart", role: "img",
+    "data-testid": opts.testid, "aria-label": opts.label });
+  const line = (x1, y1, x2, y2, cls) => chart.append(svg("line", { x1, y1, x2, y2, cls }));
+  const text = (x, y, s, attrs = {}) => {
+    const node = svg("text", { x, y, cls: "chart-text", ...attrs });
+    node.textContent = s;
+    chart.append(node);
+  };
+  line(m.l, H - m.b, W - m.r, H - m.b, "chart-axis");
+  line(m.l, m.t, m.l, H - m.b, "chart-axis");
+  for (const v of opts.x.ticks) {
+    line(fx(v), H - m.b, fx(v), H - m.b + 5, "chart-axis");
+    text(fx(v), H - m.b + 18, opts.x.format(v), { "text-anchor": "middle" });
+  }
+  for (const v of opts.y.ticks) {
+    line(m.l, fy(v), W - m.r, fy(v), "chart-grid");
+    text(m.l - 6, fy(v) + 4, opts.y.format(v), { "text-anchor": "end" });
+  }
+  text((m.l + W - m.r) / 2, H - 6, opts.x.label, { "text-anchor": "middle" });
+  text(14, (m.t + H - m.b) / 2, opts.y.label, { "text-anchor": "middle",
+    transform: `rotate(-90 14 ${(m.t + H - m.b) / 2})` });
+  if (opts.refY) {
+    line(m.l, fy(opts.refY.value), W - m.r, fy(opts.refY.value), "chart-ref");
+    text(m.l + 6, fy(opts.refY.value) - 5, opts.refY.label);
+  }
+  for (const mark of opts.marks || []) {
+    const at = fx(mark.x);
+    line(at, m.t, at, H - m.b, "chart-ref");
+    const right = at > m.l + 0.7 * (W - m.l - m.r); // label on the side with room
+    text(right ? at - 4 : at + 4, H - m.b - 8, mark.label, { "text-anchor": right ? "end" : "start" });
+  }
+  opts.series.forEach((s, k) => {
+    const color = s.color || PALETTE[k % PALETTE.length];
+    if (s.points.length > 1) {
+      const path = svg("polyline", { cls: "chart-line",
+        points: s.points.map((p) => `${fx(p.x)},${fy(p.y)}`).join(" ") });
+      path.style.stroke = color;
+      if (s.dash) path.style.strokeDasharray = s.dash;
+      chart.append(path);
+    }
+    s.points.forEach((p, i) => {
+      const attrs = { "data-testid": `${opts.testid}-${k}-${i}`, "data-x": p.x, "data-y": p.y,
+        cls: "chart-dot" };
+      const dot = p.hollow
+        ? svg("rect", { ...attrs, x: fx(p.x) - 4, y: fy(p.y) - 4, width: 8, height: 8 })
+        : svg("circle", { ...attrs, cx: fx(p.x), cy: fy(p.y), r: 4 });
+      dot.style.stroke = color;
+      dot.style.fill = p.hollow ? "#ffffff" : color;
+      const tip = svg("title");
+      tip.textContent = p.title;
+      dot.append(tip);
+      chart.append(dot);
+    });
+  });
+  const key = el("div", { cls: "legend-bar chart-key" }, opts.series.filter((s) => !s.hideKey)
+    .map((s) => {
+      const k = opts.series.indexOf(s);
+      const sw = el("span", { cls: "chart-swatch", "aria-hidden": "true" });
+      sw.style.background = s.color || PALETTE[k % PALETTE.length];
+      return el("span", {}, [sw, s.name]);
+    }));
+  return el("figure", { cls: "chart-box" }, [chart, key, ...(opts.caption
+    ? [el("figcaption", {}, opts.caption)] : [])]);
+}
