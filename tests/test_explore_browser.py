@@ -133,7 +133,7 @@ def drag_arrow_head(page, handle_testid: str, x: float, y: float) -> None:
     page.mouse.up()
 
 
-# -- 1 · Vectors ----------------------------------------------------------------------------------
+# -- 2 · Vectors ----------------------------------------------------------------------------------
 def test_vectors_view_shows_the_seeds_example_as_qkv_computes_it(page):
     page.goto(page.base)
     idle(page)
@@ -240,7 +240,7 @@ def test_vectors_state_survives_a_reload_from_the_url(page):
     assert page.get_by_test_id("scale-input").input_value() == "0.5"
 
 
-# -- 2 · Scale ------------------------------------------------------------------------------------
+# -- 3 · Scale ------------------------------------------------------------------------------------
 def example_weights(page, name: str, n: int) -> tuple[list[float], list[str]]:
     cells = shown(page, f"{name}-")
     return ([cells[f"{name}-{j}"][0] for j in range(n)], [cells[f"{name}-{j}"][1]
@@ -302,7 +302,7 @@ def test_scale_slider_moves_softmax_from_argmax_towards_uniform(page):
     assert "tau=10" in page.url and "dk=64" in page.url
 
 
-# -- 3 · Masks ------------------------------------------------------------------------------------
+# -- 4 · Masks ------------------------------------------------------------------------------------
 TOKENS = ["the", "cat", "sat", ".", "a", "dog", "ran", "."]
 
 
@@ -405,7 +405,7 @@ def test_mask_tokens_are_editable_and_too_many_is_a_422(page):
     assert page.locator("[data-testid^='mask-cell-']").count() == 9
 
 
-# -- 4 · A real model -----------------------------------------------------------------------------
+# -- 8 · A real model -----------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def minilm():
     from qkv.explore.model_service import ModelUnavailable, load_minilm

@@ -37,7 +37,15 @@ const neuronChannel = new Channel(name, "/api/model/neuron", renderNeuron);
 
 export function show() {
   $("#sentence").value = state.sentence;
-  if (model && model.sentence === state.sentence) return;
+  if (model && model.sentence === state.sentence) { // drawn again: the layer, head or token
+    state.layer = Math.min(state.layer, model.layers - 1); // may come from a new URL
+    state.head = Math.min(state.head, model.heads - 1);
+    if (state.token !== null && state.token >= model.tokens.length) state.token = null;
+    renderThumbs();
+    renderHeat();
+    loadNeuron();
+    return;
+  }
   $("#model-status").textContent = "computing (the first time also loads the model)…";
   channel.send({ sentence: state.sentence });
 }
@@ -308,6 +316,7 @@ export function mount(section) {
 }
 
 export function sync() {
+  // the answer is kept: show() asks again only if the sentence changed, so the heat map on
+  // screen always has its answer behind it
   $("#sentence").value = state.sentence;
-  model = null;
 }
