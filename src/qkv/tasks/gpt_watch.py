@@ -1,0 +1,217 @@
+"""Watching the GPT predict: its causal attention, next-character distribution, head roles,
+each head's direct push on the chosen character, and generation through the KV cache.
+
+Everything here computes with qkv (the model's own layers and :func:`qkv.attention_weights`);
+the terminal view (``qkv look --gpt``) and the explorer only draw what these functions return.
+
+- :func:`look`: for a prompt, every layer's and head's weights ``(L, H, N, N)`` with the causal
+  ``allowed`` pattern (a future key is *masked*, not a weight of 0), and the next-character
+  probabilities at a temperature.
+- :func:`head_roles`: Olsson et al. (2022), "In-context learning and induction heads": on random
+  character sequences repeated twice, a head's *previous-token score* is its mean weight from
+  each position to the one before, and its *induction score* the mean weight from a token in
+  the second copy to the token right after that token's occurrence in the first copy.
+- :func:`logit_attribution`: the final LayerNorm is linear once its scale 1/σ is fixed at the
+  value it took, so the chosen character's logit is exactly a sum over what each component wrote
+  into the residual stream — embeddings, each head (its slice of W_O), each layer's output bias
+  and MLP — plus the final LayerNorm's bias term. Each head's share is its direct contribution.
+- :func:`generate`: one character per step through :class:`qkv.nn.KVCache`, with the weights
+  the new character's query put on every earlier character in each head.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import masks
+from ..engine import api as functional
+from .gpt import GPT
+
+
+@dataclass
+class Look:
+    """One prompt through the model."""
+
+    ids: np.ndarray  # (N,)
+    weights: np.ndarray  # (L, H, N, N) each row sums to 1 over its allowed keys
+    allowed: np.ndarray  # (N, N) bool: key j ≤ query i
+    probs: np.ndarray  # (V,) the next character's distribution at `temperature`
+    logits: np.ndarray  # (V,) the last position's logits
+    temperature: float
+
+
+def _prompt(model: GPT, ids) -> np.ndarray:
+    ids = np.asarray(ids).reshape(-1)
+    if ids.size == 0:
+        raise ValueError("prompt is empty; give at least one character")
+    if ids.size > model.config.block_size:
+        raise ValueError(f"prompt has {ids.size} characters but the model's context is "
+                         f"{model.config.block_size}; give at most {model.config.block_size}")
+    return ids
+
+
+def softmax_t(logits: np.ndarray, temperature: float) -> np.ndarray:
+    """softmax(logits / T) over the last axis (float64); T must be > 0."""
+    if not (isinstance(temperature, (int, float)) and 0 < temperature < float("inf")):
+        raise ValueError(f"temperature must be a number > 0, got {temperature!r}")
+    z = np.asarray(logits, dtype=np.float64) / temperature
+    z = np.exp(z - z.max(axis=-1, keepdims=True))
+    return z / z.sum(axis=-1, keepdims=True)
+
+
+def _trace(model: GPT, ids: np.ndarray):
+    """The forward pass of one prompt, keeping every block's context. ids ``(N,)``."""
+    logits, (_, ctxs, (h, c_ln)) = model.forward(ids[None])  # (1, N, V)
+    return logits[0], ctxs, c_ln
+
+
+def look(model: GPT, ids, temperature: float = 1.0) -> Look:
+    ids = _prompt(model, ids)
+    x, _ = model.embed(ids[None])  # (1, N, C)
+    causal = masks.causal()
+    weights = []
+    for block in model.blocks:
+        a = block.ln1(x)
+        weights.append(block.attn.attention_weights(a, mask=causal)[0])  # (H, N, N)
+        x = block(x, mask=causal)
+    logits = model.unembed(x)[0][0, -1]  # (V,)
+    n = ids.size
+    return Look(ids, np.stack(weights), np.tril(np.ones((n, n), bool)),
+                softmax_t(logits, temperature), logits, float(temperature))
+
+
+# -- head roles ------------------------------------------------------------------------------
+@dataclass
+class HeadRoles:
+    previous_token: np.ndarray  # (L, H) mean weight on the key just before the query
+    induction: np.ndarray  # (L, H) mean weight on the token after the earlier occurrence
+    half: int  # length of the random sequence that is repeated
+    n_sequences: int
+    example_ids: np.ndarray  # (2·half,) the first sequence, for showing a pattern
+    example_weights: np.ndarray  # (L, H, 2·half, 2·half) its weights
+
+
+def head_roles(model: GPT, n_sequences: int = 32, half: int | None = None,
+               seed: int = 0) -> HeadRoles:
+    """Previous-token and induction scores of every head on ``n_sequences`` random sequences
+    of ``half`` characters (default: half the context) each followed by itself."""
+    half = model.config.block_size // 2 if half is None else half
+    if not 2 <= 2 * half <= model.config.block_size:
+        raise ValueError(f"half must lie in [1, {model.config.block_size // 2}], got {half}")
+    rng = np.random.default_rng([seed, 0x1D])
+    first = rng.integers(0, model.config.vocab_size, (n_sequences, half))
+    ids = np.concatenate([first, first], axis=1)  # (S, 2·half)
+    x, _ = model.embed(ids)
+    causal = masks.causal()
+    weights = []
+    for block in model.blocks:
+        weights.append(block.attn.attention_weights(block.ln1(x), mask=causal))  # (S, H, N, N)
+        x = block(x, mask=causal)
+    w = np.stack(weights, axis=1).astype(np.float64)  # (S, L, H, N, N)
+    n = 2 * half
+    rows = np.arange(1, n)
+    prev = w[..., rows, rows - 1].mean(axis=(0, -1))  # (L, H): query i → key i − 1
+    second = np.arange(half, n)  # token at i repeats the one at i − half, followed by i−half+1
+    induction = w[..., second, second - half + 1].mean(axis=(0, -1))  # (L, H)
+    return HeadRoles(prev, induction, half, n_sequences, ids[0], w[0])
+
+
+# -- direct logit attribution ----------------------------------------------------------------
+@dataclass
+class Attribution:
+    char: int  # the character attributed
+    logit: float
+    heads: np.ndarray  # (L, H) each head's direct contribution to that logit
+    mlps: np.ndarray  # (L,)
+    attn_bias: np.ndarray  # (L,) each layer's W_O bias
+    embeddings: float  # token + position
+    ln_bias: float  # the final LayerNorm's bias · wte[char]
+
+    @property
+    def total(self) -> float:
+        return float(self.heads.sum() + self.mlps.sum() + self.attn_bias.sum()
+                     + self.embeddings + self.ln_bias)
+
+
+def logit_attribution(model: GPT, ids, char: int | None = None,
+                      position: int = -1) -> Attribution:
+    """Split the logit of ``char`` (default: the most likely) at ``position`` into what each
+    component wrote into the residual stream (see the module doc). ``total`` equals the logit
+    up to rounding."""
+    ids = _prompt(model, ids)
+    logits, ctxs, (xhat, inv_std) = _trace(model, ids)
+    pos = range(ids.size)[position]
+    char = int(np.argmax(logits[pos])) if char is None else int(char)
+    if not 0 <= char < model.config.vocab_size:
+        raise ValueError(f"char must lie in [0, {model.config.vocab_size}), got {char}")
+    p = model.params
+    u = (p["ln_f.weight"] * p["wte.weight"][char]).astype(np.float64)  # (C,)
+    scale = float(inv_std[0, pos, 0])
+
+    def direct(v: np.ndarray) -> float:  # (C,) written into the stream → its logit share
+        v = np.asarray(v, dtype=np.float64)
+        return float(((v - v.mean()) * scale) @ u)
+
+    dh = model.config.d_head
+    heads = np.zeros((model.config.n_layer, model.config.n_head))
+    mlps, attn_bias = np.zeros(model.config.n_layer), np.zeros(model.config.n_layer)
+    for i, (block, (_, c_att, _, c_mlp)) in enumerate(zip(model.blocks, ctxs, strict=True)):
+        out = c_att[5]  # (1, H, N, d_head) each head's output (MultiHeadAttention's ctx)
+        w_o = block.attn.params["w_o"]  # (H·d_head, C)
+        for h in range(model.config.n_head):
+            heads[i, h] = direct(out[0, h, pos] @ w_o[h * dh:(h + 1) * dh])
+        attn_bias[i] = direct(block.attn.params["b_o"])
+        mlps[i] = direct(block.mlp.fc2(c_mlp[2][0, pos]))  # c_mlp[2]: fc2's input, gelu(h)
+    emb = p["wte.weight"][ids[pos]] + p["wpe.weight"][pos]
+    ln_bias = float(p["ln_f.bias"].astype(np.float64) @ p["wte.weight"][char])
+    return Attribution(char, float(logits[pos, char]), heads, mlps, attn_bias, direct(emb),
+                       ln_bias)
+
+
+# -- generation through the KV cache ---------------------------------------------------------
+@dataclass
+class Step:
+    char: int  # the character chosen at this step
+    probs: np.ndarray  # (V,) the distribution it was drawn from
+    weights: np.ndarray  # (L, H, n) the weights the last query put on the n earlier positions
+
+
+def generate(model: GPT, ids, n: int, temperature: float = 1.0, seed: int | None = 0,
+             greedy: bool = False) -> list[Step]:
+    """Append ``n`` characters to the prompt ``ids`` one at a time through a KV cache: each
+    step feeds one character, so each layer projects one position and its query reads the
+    cached keys — O(n·d) per step. Stops at the model's context. ``greedy`` takes the argmax,
+    otherwise a draw from softmax(logits/T) with generator ``seed``."""
+    ids = _prompt(model, ids)
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise ValueError(f"n must be an int ≥ 0, got {n!r}")
+    n = min(n, model.config.block_size - ids.size + 1)
+    rng = np.random.default_rng(seed)
+    cache = model.new_cache()
+    feed, steps = ids, []
+    for _ in range(n):
+        logits, weights = _cached_step(model, feed, cache)
+        probs = softmax_t(logits, temperature)
+        char = int(np.argmax(probs)) if greedy else int(rng.choice(probs.size, p=probs))
+        steps.append(Step(char, probs, weights))
+        feed = np.array([char])
+        if cache.length >= model.config.block_size:
+            break
+    return steps
+
+
+def _cached_step(model: GPT, feed: np.ndarray, cache) -> tuple[np.ndarray, np.ndarray]:
+    """Feed ``feed (n_new,)`` after the cached positions through each block's real decoding
+    path; returns the last position's logits ``(V,)`` and its query's weights ``(L, H, n)``
+    over every cached key (recomputed from the layer's q and the cache: O(n·d))."""
+    x, _ = model.embed(feed[None], start=cache.length)  # (1, n_new, C)
+    causal = masks.causal()
+    weights = []
+    for i, block in enumerate(model.blocks):
+        a = block.ln1(x)
+        x, _ = block.forward(x, mask=causal, cache=cache[i])  # appends this layer's k, v
+        q, _, _ = block.attn.project(a[:, -1:])  # (1, H, 1, d) the new query
+        weights.append(functional.attention_weights(q, cache[i].k)[0, :, 0])  # (H, n)
+    return model.unembed(x)[0][0, -1], np.stack(weights)
