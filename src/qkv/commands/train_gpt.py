@@ -131,6 +131,9 @@ def _run(args: argparse.Namespace) -> int:
     except corpus_mod.CorpusError as exc:
         raise _fail(str(exc)) from None
     if args.resume:
+        if not path.exists():
+            raise _fail(f"no checkpoint at {str(path)!r} to resume; train one with "
+                        f"`qkv train gpt --checkpoint {path}`")
         try:
             run, tok = gpt.GPTRun.load(path)
         except (OSError, ValueError) as exc:  # CheckpointError is a ValueError

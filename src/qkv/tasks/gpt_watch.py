@@ -61,12 +61,6 @@ def softmax_t(logits: np.ndarray, temperature: float) -> np.ndarray:
     return z / z.sum(axis=-1, keepdims=True)
 
 
-def _trace(model: GPT, ids: np.ndarray):
-    """The forward pass of one prompt, keeping every block's context. ids ``(N,)``."""
-    logits, (_, ctxs, (h, c_ln)) = model.forward(ids[None])  # (1, N, V)
-    return logits[0], ctxs, c_ln
-
-
 def look(model: GPT, ids, temperature: float = 1.0) -> Look:
     ids = _prompt(model, ids)
     x, _ = model.embed(ids[None])  # (1, N, C)
@@ -88,9 +82,12 @@ class HeadRoles:
     previous_token: np.ndarray  # (L, H) mean weight on the key just before the query
     induction: np.ndarray  # (L, H) mean weight on the token after the earlier occurrence
     half: int  # length of the random sequence that is repeated
-    n_sequences: int
-    example_ids: np.ndarray  # (2·half,) the first sequence, for showing a pattern
-    example_weights: np.ndarray  # (L, H, 2·half, 2·half) its weights
+    ids: np.ndarray  # (n_sequences, 2·half) the sequences
+    example_weights: np.ndarray  # (L, H, 2·half, 2·half) the first sequence's weights
+
+    @property
+    def n_sequences(self) -> int:
+        return len(self.ids)
 
 
 def head_roles(model: GPT, n_sequences: int = 32, half: int | None = None,
@@ -115,7 +112,7 @@ def head_roles(model: GPT, n_sequences: int = 32, half: int | None = None,
     prev = w[..., rows, rows - 1].mean(axis=(0, -1))  # (L, H): query i → key i − 1
     second = np.arange(half, n)  # token at i repeats the one at i − half, followed by i−half+1
     induction = w[..., second, second - half + 1].mean(axis=(0, -1))  # (L, H)
-    return HeadRoles(prev, induction, half, n_sequences, ids[0], w[0])
+    return HeadRoles(prev, induction, half, ids, w[0])
 
 
 # -- direct logit attribution ----------------------------------------------------------------
@@ -141,7 +138,8 @@ def logit_attribution(model: GPT, ids, char: int | None = None,
     component wrote into the residual stream (see the module doc). ``total`` equals the logit
     up to rounding."""
     ids = _prompt(model, ids)
-    logits, ctxs, (xhat, inv_std) = _trace(model, ids)
+    logits, (_, ctxs, (_, (_, inv_std))) = model.forward(ids[None])  # keeping every context
+    logits = logits[0]  # (N, V)
     pos = range(ids.size)[position]
     char = int(np.argmax(logits[pos])) if char is None else int(char)
     if not 0 <= char < model.config.vocab_size:
