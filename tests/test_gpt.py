@@ -138,3 +138,20 @@ def test_the_corpus_is_checked_and_split_as_documented(tmp_path, monkeypatch):
     monkeypatch.setattr(corpus_mod, "PATH", altered)
     with pytest.raises(corpus_mod.CorpusError, match="the file was altered"):
         corpus_mod.load_text()
+
+
+@pytest.mark.slow
+def test_the_shipped_model_reaches_the_documented_validation_loss():
+    """docs/gpt.md's figure, re-measured: `qkv train gpt --seed 0` on the whole validation
+    text (115,955 characters); the file holds the weights only, a few MB."""
+    from pathlib import Path
+
+    model, tok = gpt.load_pretrained()
+    _, _, meta = gpt.load(gpt.PRETRAINED)
+    assert model.config == gpt.GPTConfig() and meta["step"] == 2000
+    assert gpt.PRETRAINED.stat().st_size < 4_000_000
+    figure = f"{gpt.validation_loss(model):.4f}"
+    assert figure == "1.9610"
+    doc = (Path(__file__).parents[1] / "docs" / "gpt.md").read_text(encoding="utf-8")
+    assert f"validation loss **{figure}**" in doc
+    assert tok.chars == corpus_mod.load().tokenizer.chars

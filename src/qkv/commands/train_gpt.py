@@ -200,7 +200,7 @@ def _train(console, args, run, corpus, steps: int, path) -> None:
                   f"(nats per character over all {len(corpus.val):,} validation characters); "
                   f"training time {run.elapsed:.1f} s, "
                   f"{run.elapsed / max(run.step, 1) * 1000:.1f} ms per step")
-    console.print(f"checkpoint: {path}  (watch it: qkv look gpt \"ROMEO.\" --checkpoint {path})")
+    console.print(f"checkpoint: {path}  (watch it: qkv look --gpt \"ROMEO.\" --checkpoint {path})")
 
 
 def _progress(console, total: int, *, disable: bool):

@@ -3,7 +3,7 @@
 
 :func:`from_qkv` copies a :class:`qkv.tasks.gpt.GPT`'s weights into it (``nn.Linear`` stores
 ``W`` as ``(d_out, d_in)``, the transpose of qkv's row convention), so both start from the same
-numbers; :func:`train` then runs nanoGPT's training loop on the same batches as
+numbers; :class:`TorchRun` then runs nanoGPT's training loop on the same batches as
 :meth:`qkv.tasks.gpt.GPTRun.train_step` draws (the batch generator ``[seed, 1]``).
 """
 
@@ -111,25 +111,29 @@ def optimizer(tm: TorchGPT, c: GPTConfig) -> torch.optim.AdamW:
                              lr=c.lr, betas=(0.9, c.beta2))
 
 
-def train(tm: TorchGPT, c: GPTConfig, data: np.ndarray, steps: int, on_step=None) -> float:
-    """nanoGPT's loop for ``steps`` steps on the batches qkv's run draws; returns seconds."""
-    opt = optimizer(tm, c)
-    rng = np.random.default_rng([c.seed, 1])
-    seconds = 0.0
-    for step in range(steps):
+class TorchRun:
+    """nanoGPT's training loop, one step at a time, on the batches a :class:`GPTRun` with the
+    same config draws (generator ``[seed, 1]``); ``seconds`` counts the time inside steps."""
+
+    def __init__(self, tm: TorchGPT, c: GPTConfig):
+        self.tm, self.config, self.opt = tm, c, optimizer(tm, c)
+        self.rng = np.random.default_rng([c.seed, 1])
+        self.step, self.seconds = 0, 0.0
+
+    def train_step(self, data: np.ndarray) -> float:
+        c = self.config
+        x, y = get_batch(data, self.rng, c.batch, c.block_size)
         t0 = time.perf_counter()
-        x, y = get_batch(data, rng, c.batch, c.block_size)
-        for group in opt.param_groups:
-            group["lr"] = c.lr_at(step)
-        _, loss = tm(torch.from_numpy(x), torch.from_numpy(y))
-        opt.zero_grad(set_to_none=True)
+        for group in self.opt.param_groups:
+            group["lr"] = c.lr_at(self.step)
+        _, loss = self.tm(torch.from_numpy(x), torch.from_numpy(y))
+        self.opt.zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(tm.parameters(), c.grad_clip)
-        opt.step()
-        seconds += time.perf_counter() - t0
-        if on_step:
-            on_step(step + 1, float(loss))
-    return seconds
+        torch.nn.utils.clip_grad_norm_(self.tm.parameters(), c.grad_clip)
+        self.opt.step()
+        self.seconds += time.perf_counter() - t0
+        self.step += 1
+        return loss.item()
 
 
 @torch.no_grad()
@@ -137,6 +141,6 @@ def mean_loss(tm: TorchGPT, x: np.ndarray, y: np.ndarray, chunk: int = 256) -> f
     """Mean cross-entropy over windows ``x, y (n, block)`` (as :func:`qkv.tasks.gpt.mean_loss`)."""
     total = 0.0
     for i in range(0, len(x), chunk):
-        _, loss = tm(torch.from_numpy(x[i: i + chunk]), torch.from_numpy(y[i: i + chunk]))
+        _, loss = tm(torch.tensor(x[i: i + chunk]), torch.tensor(y[i: i + chunk]))
         total += float(loss) * y[i: i + chunk].size
     return total / y.size
