@@ -302,11 +302,13 @@ def test_page_and_assets_have_a_strict_content_security_policy(client):
     csp = page.headers["content-security-policy"]
     assert "default-src 'none'" in csp and "connect-src 'self'" in csp
     assert "http" not in csp  # nothing may come from elsewhere
-    for name, kind in (("app.js", "javascript"), ("style.css", "css")):
+    for name, kind in (("main.js", "javascript"), ("core/api.js", "javascript"),
+                       ("views/scale.js", "javascript"), ("style.css", "css")):
         asset = client.get(f"/static/{name}")
         assert asset.status_code == 200 and kind in asset.headers["content-type"]
-    assert client.get("/static/../schemas.py").status_code == 404
-    assert client.get("/static/index.html").status_code == 404
+    for refused in ("../schemas.py", "core/../../schemas.py", "%2e%2e/schemas.py",
+                    "index.html", "learned_2d.json", "core", "views/", "nothing.js"):
+        assert client.get(f"/static/{refused}").status_code == 404, refused
 
 
 def test_the_page_loads_nothing_from_the_network(client):
@@ -315,7 +317,11 @@ def test_the_page_loads_nothing_from_the_network(client):
 
     html = client.get("/").text
     css = client.get("/static/style.css").text
-    js = client.get("/static/app.js").text
+    from page_checks import static_modules
+
+    js = "".join(client.get(f"/static/{name}").text for name in static_modules())
+    imported = re.findall(r'\bfrom\s+"([^"]+)"', js) + re.findall(r'\bimport\s*\(\s*"([^"]+)"', js)
+    assert imported and all(spec.startswith(("./", "../")) for spec in imported), imported
     links = re.findall(r'(?:src|href)="([^"]*)"', html) + re.findall(r"url\(([^)]*)\)", css)
     assert links, "the page links its assets"
     assert all(link.startswith(("/static/", "data:", "#head-")) for link in links), links

@@ -30,6 +30,10 @@ def test_the_wheel_builds_with_everything(tmp_path):
     names = set(zipfile.ZipFile(wheel).namelist())
     src = ROOT / "src"
     expected = {str(p.relative_to(src)) for p in src.rglob("*.py")}
-    expected |= {"qkv/py.typed", "qkv/explore/static/index.html", "qkv/explore/static/app.js"}
+    expected |= {"qkv/py.typed"}
+    # the page: index.html, style.css and every ES module in static/ and its folders
+    expected |= {str(p.relative_to(src)) for p in (src / "qkv/explore/static").rglob("*")
+                 if p.is_file()}
+    assert "qkv/explore/static/core/api.js" in expected
     missing = sorted(expected - names)
     assert not missing, f"the wheel lacks {missing[:5]}"

@@ -1,9 +1,11 @@
-"""The explorer's FastAPI app: one page, its two assets, and a small JSON API over qkv.
+"""The explorer's FastAPI app: one page, its assets, and a small JSON API over qkv.
 
-- ``GET /`` the page; ``GET /static/app.js`` and ``/static/style.css`` its assets, read from the
-  package once at start-up (no endpoint touches the file system afterwards, none writes).
-- ``POST /api/trace`` (vectors), ``/api/scale``, ``/api/mask``, ``/api/model/attentions``,
-  ``/api/model/neuron``: validated by :mod:`qkv.explore.schemas`, computed by qkv.
+- ``GET /`` the page; ``GET /static/<path>`` its assets (the ES modules ``main.js``,
+  ``core/*.js``, ``views/*.js`` and ``style.css``), read from the package once at start-up (no
+  endpoint touches the file system afterwards, none writes).
+- ``POST /api/projections`` (view 1), ``/api/trace`` (2), ``/api/scale`` (3), ``/api/mask`` (4),
+  ``/api/mistakes`` (5), ``/api/cost`` (6), ``/api/seq2seq`` (7), ``/api/model/attentions`` and
+  ``/api/model/neuron`` (8): validated by :mod:`qkv.explore.schemas`, computed by qkv.
 
 Bad input is a 422 with a sentence for a person (``detail``) and one entry per problem
 (``errors``) — only for pydantic's validation errors and :class:`InputError`; any other
@@ -54,7 +56,8 @@ from .schemas import (
     TraceResponse,
 )
 
-ASSETS = {"app.js": "text/javascript; charset=utf-8", "style.css": "text/css; charset=utf-8"}
+# The kinds of file served from static/ (index.html is served at /, learned_2d.json by the API).
+ASSET_TYPES = {".js": "text/javascript; charset=utf-8", ".css": "text/css; charset=utf-8"}
 SECURITY_HEADERS = {
     "Content-Security-Policy": (
         "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
@@ -75,9 +78,24 @@ NO_MODEL = {503: {"model": ErrorResponse,
 
 
 def _read_static() -> dict[str, bytes]:
-    folder = resources.files("qkv.explore") / "static"
-    return {name: (folder / name).read_bytes()
-            for name in ("index.html", "learned_2d.json", *ASSETS)}
+    """Every file under static/, by its path there ("main.js", "views/scale.js"), read once."""
+    found = {}
+
+    def walk(folder, prefix: str) -> None:
+        for entry in folder.iterdir():
+            if entry.is_dir():
+                walk(entry, f"{prefix}{entry.name}/")
+            elif entry.is_file():
+                found[prefix + entry.name] = entry.read_bytes()
+
+    walk(resources.files("qkv.explore") / "static", "")
+    return found
+
+
+def asset_type(path: str) -> str | None:
+    """The media type /static/<path> is served with, or None if such files are not served."""
+    suffix = path[path.rfind("."):] if "." in path else ""
+    return ASSET_TYPES.get(suffix)
 
 
 def create_app(allowed_hosts: list[str] | None = None,
@@ -144,11 +162,12 @@ def create_app(allowed_hosts: list[str] | None = None,
     def page() -> Response:
         return Response(static["index.html"], media_type="text/html; charset=utf-8")
 
-    @app.get("/static/{name}", include_in_schema=False)
-    def asset(name: str) -> Response:
-        if name not in ASSETS:
-            return JSONResponse(status_code=404, content={"detail": f"no asset {name!r}"})
-        return Response(static[name], media_type=ASSETS[name])
+    @app.get("/static/{path:path}", include_in_schema=False)
+    def asset(path: str) -> Response:
+        kind = asset_type(path)
+        if kind is None or path not in static:  # only files read at start-up: no traversal
+            return JSONResponse(status_code=404, content={"detail": f"no asset {path!r}"})
+        return Response(static[path], media_type=kind)
 
     @app.get("/api/colors")
     def colors() -> dict:
@@ -172,45 +191,45 @@ def create_app(allowed_hosts: list[str] | None = None,
 
     @app.post("/api/trace", response_model=TraceResponse, responses=BAD_INPUT)
     def trace(req: TraceRequest) -> dict:
-        """View 1: qkv.explain of the given queries, keys and values (and optional mask)."""
+        """View 2: qkv.explain of the given queries, keys and values (and optional mask)."""
         return compute.vectors_trace(req)
 
     @app.post("/api/scale", response_model=ScaleResponse, responses=BAD_INPUT)
     def scale(req: ScaleRequest) -> dict:
-        """View 2: the scores' softmax at scale 1/(τ·√d_k), and random d_k-dim vectors."""
+        """View 3: the scores' softmax at scale 1/(τ·√d_k), and random d_k-dim vectors."""
         return compute.scale_view(req)
 
     @app.post("/api/mask", response_model=MaskResponse, responses=BAD_INPUT)
     def mask(req: MaskRequest) -> dict:
-        """View 3: a token grid under a mask built from presets and clicked cells."""
+        """View 4: a token grid under a mask built from presets and clicked cells."""
         return compute.mask_view(req)
 
     @app.post("/api/projections", response_model=ProjectionResponse, responses=BAD_INPUT)
     def projections(req: ProjectionRequest) -> dict:
-        """Q = X W_Q, K = X W_K, V = X W_V of 2-D points, and qkv.explain(Q, K, V)."""
+        """View 1: Q = X W_Q, K = X W_K, V = X W_V of 2-D points, and qkv.explain(Q, K, V)."""
         return lessons.projections(req)
 
     @app.post("/api/mistakes", response_model=MistakesResponse, responses=BAD_INPUT)
     def mistakes(req: MistakesRequest) -> dict:
-        """The right attention and the seed's common mistakes, both computed by qkv."""
+        """View 5: the right attention and the seed's common mistakes, both computed by qkv."""
         return lessons.mistakes(req)
 
     @app.post("/api/cost", response_model=CostResponse, responses=BAD_INPUT)
     def cost(req: CostRequest) -> dict:
-        """n × n sizes, work and memory; the kernel's tile classification for a mask."""
+        """View 6: n × n sizes, work and memory; the kernel's tile classification for a mask."""
         return lessons.cost(req)
 
     @app.post("/api/seq2seq", response_model=Seq2SeqResponse,
               responses={**BAD_INPUT, 503: {"model": ErrorResponse,
                                             "description": "qkv.tasks.seq2seq is missing"}})
     def seq2seq(req: Seq2SeqRequest) -> dict:
-        """The shipped seq2seq models (attention vs fixed context) decoding the input."""
+        """View 7: the shipped seq2seq models (attention vs fixed context) decoding the input."""
         return seq2seq_service.decode(req.input)
 
     @app.post("/api/model/attentions", response_model=AttentionsResponse,
               responses={**BAD_INPUT, **NO_MODEL})
     def attentions(req: ModelRequest) -> dict:
-        """View 4: the model's attention weights, every layer and head, and its masked pairs."""
+        """View 8: the model's attention weights, every layer and head, and its masked pairs."""
         result = models.attention_map(req.sentence)
         layers, heads = result.weights.shape[:2]
         return {"tokens": result.tokens, "layers": layers, "heads": heads,
@@ -220,7 +239,7 @@ def create_app(allowed_hosts: list[str] | None = None,
     @app.post("/api/model/neuron", response_model=NeuronResponse,
               responses={**BAD_INPUT, **NO_MODEL})
     def neuron(req: NeuronRequest) -> dict:
-        """View 4: the neuron view, qkv.explain(q[h, [i]], k[h], v[h]) of one head's inputs."""
+        """View 8: the neuron view, qkv.explain(q[h, [i]], k[h], v[h]) of one head's inputs."""
         return models.neuron(req.sentence, req.layer, req.head, req.token)
 
     return app

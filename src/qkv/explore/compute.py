@@ -151,7 +151,7 @@ def exp_step(trace: qkv.Trace) -> dict:
 
 
 def vectors_trace(req: TraceRequest) -> dict:
-    """View 1: the trace of the user's own queries, keys and values."""
+    """View 2: the trace of the user's own queries, keys and values."""
     q = np.asarray(req.queries, dtype=np.float64)
     k = np.asarray(req.keys, dtype=np.float64)
     v = np.asarray(req.values, dtype=np.float64)
@@ -169,7 +169,7 @@ def gradient_share(weights: np.ndarray) -> list[float]:
 
 
 def scale_view(req: ScaleRequest) -> dict:
-    """View 2: softmax of scores that grow with d_k, with and without 1/(τ·√d_k), and random
+    """View 3: softmax of scores that grow with d_k, with and without 1/(τ·√d_k), and random
     vectors.
 
     ``scores`` are given at ``reference_d_k`` (the seed's [8, 0] at d_k = 64: a key one standard
@@ -235,7 +235,7 @@ def mask_vectors(n: int, seed: int, uniform: bool) -> tuple[np.ndarray, np.ndarr
 
 
 def mask_view(req: MaskRequest) -> dict:
-    """View 3: the token grid under a mask; rows renormalise, fully masked rows are zero."""
+    """View 4: the token grid under a mask; rows renormalise, fully masked rows are zero."""
     n = len(req.tokens)
     q, k, v = mask_vectors(n, req.seed, req.uniform)
     trace = qkv.explain(q, k, v, mask=build_mask(req.mask, n, n))

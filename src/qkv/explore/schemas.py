@@ -108,7 +108,7 @@ class MaskSpec(_Strict):
                     f"queries × {nk} keys")
 
 
-# -- view 1: vectors ------------------------------------------------------------------------------
+# -- view 2: vectors ------------------------------------------------------------------------------
 class TraceRequest(_Strict):
     """Queries, keys and values typed or dragged by the user (the seeds' example by default)."""
 
@@ -143,7 +143,7 @@ class TraceRequest(_Strict):
         return self
 
 
-# -- view 2: scale -------------------------------------------------------------------------------
+# -- view 3: scale -------------------------------------------------------------------------------
 class ScaleRequest(_Strict):
     """The seeds' two scores [8, 0] at d_k = 64 (or others), grown like √d_k as for random
     vectors, and random d_k-dimensional vectors."""
@@ -157,7 +157,7 @@ class ScaleRequest(_Strict):
     n_keys: Annotated[int, Field(strict=True, ge=2, le=MAX_TOKENS)] = 16
 
 
-# -- view 3: masks -------------------------------------------------------------------------------
+# -- view 4: masks -------------------------------------------------------------------------------
 Token = Annotated[str, Field(min_length=1, max_length=32)]
 
 
@@ -177,7 +177,7 @@ class MaskRequest(_Strict):
         return self
 
 
-# -- view 4: a real model ------------------------------------------------------------------------
+# -- view 8: a real model ------------------------------------------------------------------------
 Sentence = Annotated[str, Field(min_length=1, max_length=MAX_SENTENCE)]
 
 
@@ -208,24 +208,88 @@ class ErrorResponse(BaseModel):
     errors: list[FieldError] = []
 
 
+class TraceOut(BaseModel):
+    """``qkv.Trace.to_dict()``: every intermediate of one attention, float64, as nested lists
+    (rows are queries). An lse of −∞ (a row with no allowed key) is null."""
+
+    q: list = Field(description="(Nq, Dk) queries")
+    k: list = Field(description="(Nk, Dk) keys")
+    v: list = Field(description="(Nk, Dv) values")
+    scores: list = Field(description="(Nq, Nk) q · k")
+    scaled: list = Field(description="(Nq, Nk) scores × scale")
+    allowed: list = Field(description="(Nq, Nk) booleans: may query i attend to key j")
+    weights: list = Field(description="(Nq, Nk) softmax over the allowed keys of each row")
+    output: list = Field(description="(Nq, Dv) weights V")
+    lse: list = Field(description="(Nq,) log Σ_j e^scaled, null for a fully masked row")
+    scale: float
+    mask: str | None = Field(description="the mask's repr (qkv code), null without a mask")
+    has_bias: bool
+    shape: dict[str, list[int]] = Field(description="the shapes of q, k and v")
+
+
+class ExpStep(BaseModel):
+    """softmax's middle step: e^scaled for each allowed pair and each row's sum."""
+
+    exp: list = Field(description="(Nq, Nk) e^scaled, or e^(scaled − row max) when shifted")
+    sum: list[float] = Field(description="(Nq,) each row's sum (= e^lse when not shifted)")
+    shifted: list[bool] = Field(description="(Nq,) rows whose scores were too large for e^x")
+    seed_sum: list[float] = Field(description="(Nq,) the exps rounded to 3 decimals, added, "
+                                  "as the seed adds them by hand")
+
+
 class TraceResponse(BaseModel):
     """``qkv.explain(...).to_dict()`` plus each row's weight total and the exp step."""
 
-    trace: dict
+    trace: TraceOut
     row_sums: list[float]
     d_k: int
-    exp: dict = Field(description="e^scaled per allowed pair, each row's sum (= e^lse), and "
-                      "the sum of the exps rounded to 3 decimals, as the seed adds them")
+    exp: ExpStep
+
+
+class ScaleExample(BaseModel):
+    """The seed's scores grown to d_k, with and without the scale 1/(τ·√d_k)."""
+
+    scores: list[float] = Field(description="the scores as given, at reference_d_k")
+    reference_d_k: int
+    raw_scores: list[float] = Field(description="scores × √(d_k / reference_d_k)")
+    scale: float = Field(description="1/(τ·√d_k)")
+    d_k: int
+    temperature: float
+    scaled: list[float] = Field(description="raw_scores × scale")
+    weights: list[float] = Field(description="softmax(raw_scores × scale)")
+    unscaled_weights: list[float] = Field(description="softmax(raw_scores / τ)")
+    gradient: list[float] = Field(description="w_j (1 − w_j) of the scaled weights")
+    unscaled_gradient: list[float] = Field(description="w_j (1 − w_j) of the unscaled weights")
+
+
+class ScaleRandom(BaseModel):
+    """Random q, k of d_k dims with N(0, 1) entries: how the scores spread, with and without
+    the scale."""
+
+    d_k: int
+    n_queries: int
+    n_keys: int
+    seed: int
+    scale: float
+    raw_std: float = Field(description="std of q · k / τ over every pair")
+    scaled_std: float = Field(description="std of q · k / (τ·√d_k)")
+    sqrt_d_k: float
+    raw_mean_max_weight: float = Field(description="mean over queries of the largest weight")
+    scaled_mean_max_weight: float
+    raw_scores: list[float] = Field(description="query 0's scores / τ")
+    raw_weights: list[float] = Field(description="query 0's weights, unscaled")
+    scaled_scores: list[float]
+    scaled_weights: list[float] = Field(description="query 0's weights, scaled")
 
 
 class ScaleResponse(BaseModel):
-    example: dict = Field(description="trace of the scores at scale 1/(τ·√d_k), and at 1")
-    random: dict = Field(description="random q, k of d_k dims: score spread and weights")
+    example: ScaleExample
+    random: ScaleRandom
 
 
 class MaskResponse(BaseModel):
     tokens: list[str]
-    trace: dict
+    trace: TraceOut
     row_sums: list[float]
     fully_masked_rows: list[int]
     description: str = Field(description="the mask in sentences, for a learner")
@@ -249,11 +313,11 @@ class NeuronResponse(BaseModel):
     kv_head: int = Field(description="the key/value head this query head reads (GQA: head // "
                          "query heads per kv head; = head without GQA)")
     token: int
-    trace: dict
+    trace: TraceOut
     products: list = Field(description="q ∘ k_j elementwise, (n, d): each row sums to score j")
 
 
-# -- view: projections X → Q, K, V ---------------------------------------------------------------
+# -- view 1: projections X → Q, K, V ---------------------------------------------------------------
 Point = Annotated[list[Number], Field(min_length=2, max_length=2)]
 Matrix2 = Annotated[list[Point], Field(min_length=2, max_length=2,
                                        description="a 2 × 2 matrix, rows = input dims")]
@@ -270,15 +334,26 @@ class ProjectionRequest(_Strict):
     w_v: Matrix2 = IDENTITY2
 
 
+class ProjectionShapes(BaseModel):
+    """Each matrix's shape as the seeds write them, e.g. "8 × 2 (n × d_k)"."""
+
+    X: str
+    Q: str
+    K: str
+    V: str
+    weights: str
+    output: str
+
+
 class ProjectionResponse(BaseModel):
-    q: list
-    k: list
-    v: list
-    trace: dict
-    shapes: dict = Field(description="n × d_model → n × d_k, n × d_v, as the seeds write them")
+    q: list = Field(description="(n, d_k) Q = X W_Q")
+    k: list = Field(description="(n, d_k) K = X W_K")
+    v: list = Field(description="(n, d_v) V = X W_V")
+    trace: TraceOut
+    shapes: ProjectionShapes
 
 
-# -- view: common mistakes -----------------------------------------------------------------------
+# -- view 5: common mistakes -----------------------------------------------------------------------
 class MistakesRequest(_Strict):
     """Random per-head q, k, v of a MiniLM-sized layer (d_model = heads × d_k), and toggles."""
 
@@ -291,13 +366,26 @@ class MistakesRequest(_Strict):
     swap_kv: bool = Field(False, strict=True, description="keys and values swapped")
 
 
+class MistakeSide(BaseModel):
+    """One side of the mistakes view: the weights and output one way of computing gives."""
+
+    scale: float
+    scaled: list = Field(description="(n, n) scores × scale")
+    weights: list = Field(description="(n, n) rows are queries")
+    output: list = Field(description="(n, d_v)")
+    row_sums: list[float]
+    col_sums: list[float]
+
+
 class MistakesResponse(BaseModel):
-    right: dict
-    wrong: dict
-    notes: list[str]
+    right: MistakeSide
+    wrong: MistakeSide
+    notes: list[str] = Field(description="what each chosen mistake does, in sentences")
+    d_model: int = Field(description="heads × d_k: the width of the layer the head belongs to")
+    d_k: int
 
 
-# -- view: cost ----------------------------------------------------------------------------------
+# -- view 6: cost ----------------------------------------------------------------------------------
 class CostRequest(_Strict):
     """A sequence length, a mask, and the kernel's tile sizes (default: qkv's current ones)."""
 
@@ -321,6 +409,15 @@ class CostRequest(_Strict):
         return self
 
 
+class TileCounts(BaseModel):
+    """How qkv's kernel classifies the tiles of an n × n problem under a mask."""
+
+    empty: int = Field(description="tiles with no allowed pair: skipped")
+    partial: int = Field(description="tiles where the mask is applied pair by pair")
+    full: int = Field(description="tiles with every pair allowed: no mask work")
+    total: int
+
+
 class CostResponse(BaseModel):
     n: int
     d: int
@@ -333,20 +430,30 @@ class CostResponse(BaseModel):
     workers: int
     flops_dense: int
     flops_qkv: int
-    tiles: dict = Field(description="counts of empty (skipped), partial and full tiles")
+    tiles: TileCounts
     grid: list[str] = Field(description="block_map rows: '0' empty, '1' partial, '2' full")
 
 
-# -- view: encoder–decoder -----------------------------------------------------------------------
+# -- view 7: encoder–decoder -----------------------------------------------------------------------
 class Seq2SeqRequest(_Strict):
     """An input sequence of symbols, written as letters a… (one per symbol)."""
 
     input: Annotated[str, Field(min_length=1, max_length=MAX_TOKENS)] = "abcdefgh"
 
 
+class Seq2SeqDecoding(BaseModel):
+    """One model's greedy decoding of the input and its weights over the input positions."""
+
+    output: str
+    weights: list = Field(description="(output steps, input positions): cross-attention "
+                          "weights, or for the fixed model where its one context comes from")
+    correct: int = Field(description="output symbols equal to the expected ones")
+    length: int
+
+
 class Seq2SeqResponse(BaseModel):
     input: str
     expected: str
     trained_lengths: list[int] = Field(description="[shortest, longest] input seen in training")
-    attention: dict
-    fixed: dict
+    attention: Seq2SeqDecoding
+    fixed: Seq2SeqDecoding

@@ -1,0 +1,61 @@
+// View 5 · Common mistakes: the seed's three mistakes, each a toggle. The right attention and
+// the mistaken one side by side, both computed by qkv (POST /api/mistakes).
+import { Channel } from "../core/api.js";
+import { announce, el, fmt } from "../core/dom.js";
+import { legend } from "../core/legend.js";
+import { state, writeURL } from "../core/state.js";
+import { matrixTable } from "../core/table.js";
+
+export const name = "mistakes";
+export const READS = {
+  "/api/mistakes": ["d_model", "d_k", "notes", "right.scale", "right.weights", "right.row_sums",
+    "right.col_sums", "right.output", "wrong.scale", "wrong.weights", "wrong.row_sums",
+    "wrong.col_sums", "wrong.output"],
+};
+
+let root;
+const $ = (sel) => root.querySelector(sel);
+
+const TOGGLES = [["#mistake-scale", "wrong_scale"], ["#mistake-axis", "wrong_axis"],
+  ["#mistake-swap", "swap_kv"]];
+const channel = new Channel(name, "/api/mistakes", render);
+
+export function show() {
+  channel.send({ ...state.mistakes });
+}
+
+function render(data) {
+  const side = (testName, title, r) => el("div", { cls: "step" }, [
+    el("h4", {}, `${title} (scale ${fmt(r.scale)})`),
+    el("p", { cls: "note" }, "weights: rows are queries, Σ per row and per column"),
+    matrixTable(`${testName}-weight`, r.weights, "q", "k",
+      { heat: true, digits: 3, rowSums: r.row_sums, colSums: r.col_sums }),
+    el("p", { cls: "note" }, "output, first 4 of the d_v numbers"),
+    matrixTable(`${testName}-output`, r.output.map((row) => row.slice(0, 4)), "q", "d",
+      { digits: 3 }),
+  ]);
+  $("#mistakes-result").replaceChildren(
+    el("p", { cls: "note" }, `one head of a MiniLM-sized layer: d_model = ${data.d_model}, ` +
+      `${data.d_model / data.d_k} heads of d_k = ${data.d_k}; q, k, v entries ~ N(0, 1)`),
+    el("ul", { cls: "mistake-notes", "data-testid": "mistake-notes" },
+      data.notes.map((n) => el("li", {}, n))),
+    el("div", { cls: "steps" }, [side("right", "right", data.right),
+      side("wrong", "with the mistakes", data.wrong)]),
+    legend("mistakes-legend"));
+  announce(data.notes.join(". "));
+}
+
+export function mount(section) {
+  root = section;
+  for (const [id, key] of TOGGLES) {
+    $(id).addEventListener("change", () => {
+      state.mistakes[key] = $(id).checked;
+      writeURL();
+      show();
+    });
+  }
+}
+
+export function sync() {
+  for (const [id, key] of TOGGLES) $(id).checked = state.mistakes[key];
+}
