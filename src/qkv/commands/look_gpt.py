@@ -15,8 +15,6 @@ import numpy as np
 
 # how a character is written as a label: the invisible ones get a visible stand-in
 VISIBLE = {"\n": "⏎", " ": "␣", "\t": "⇥"}
-INDUCTION = 0.3  # an induction score at or above this calls a head an induction head
-PREVIOUS = 0.5  # a previous-token score at or above this calls a head a previous-token head
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -139,6 +137,8 @@ def _generation(console, tok, prompt: str, steps) -> None:
 def _roles(console, roles) -> None:
     from rich.table import Table
 
+    from qkv.tasks import gpt_watch as watch
+
     L, H = roles.previous_token.shape
     table = Table(title=f"head roles on {roles.n_sequences} random sequences of "
                         f"{roles.half} characters, each repeated (Olsson et al. 2022)")
@@ -149,20 +149,4 @@ def _roles(console, roles) -> None:
         table.add_row(str(layer), *(f"{roles.previous_token[layer, h]:.2f} · "
                                     f"{roles.induction[layer, h]:.2f}" for h in range(H)))
     console.print(table)
-    console.print(roles_sentence(roles), highlight=False)
-
-
-def roles_sentence(roles) -> str:
-    """What the grid shows, written from its numbers."""
-    L, H = roles.previous_token.shape
-    best_p = np.unravel_index(np.argmax(roles.previous_token), (L, H))
-    best_i = np.unravel_index(np.argmax(roles.induction), (L, H))
-    chance = float(np.mean(1.0 / np.arange(roles.half + 1, 2 * roles.half + 1)))
-    n_ind = int((roles.induction >= INDUCTION).sum())
-    n_prev = int((roles.previous_token >= PREVIOUS).sum())
-    ind = (f"{n_ind} head(s) score ≥ {INDUCTION} as induction heads"
-           if n_ind else f"no head scores ≥ {INDUCTION} as an induction head")
-    return (f"{n_prev} head(s) put ≥ {PREVIOUS:.0%} of their weight on the previous character "
-            f"(strongest L{best_p[0]}H{best_p[1]}, {roles.previous_token[best_p]:.2f}); {ind} "
-            f"(strongest L{best_i[0]}H{best_i[1]}, {roles.induction[best_i]:.2f}; uniform "
-            f"attention would give {chance:.3f})")
+    console.print(watch.roles_sentence(roles), highlight=False)

@@ -29,8 +29,15 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 import qkv
 
-from . import compute, lessons, seq2seq_service
+from . import compute, gpt_service, lessons, seq2seq_service
 from .errors import InputError, describe_validation_errors
+from .gpt_schemas import (
+    GPTGenerateRequest,
+    GPTGenerateResponse,
+    GPTPredictRequest,
+    GPTPredictResponse,
+    GPTRolesResponse,
+)
 from .hosts import LOOPBACK_HOSTS, HostCheck
 from .limits import BodyLimits
 from .model_service import ModelService, ModelUnavailable
@@ -154,6 +161,10 @@ def create_app(allowed_hosts: list[str] | None = None,
     async def seq2seq_unavailable(request: Request, exc: Exception):
         return JSONResponse(status_code=503, content={"detail": str(exc), "errors": []})
 
+    @app.exception_handler(gpt_service.GPTUnavailable)
+    async def gpt_unavailable(request: Request, exc: Exception):
+        return JSONResponse(status_code=503, content={"detail": str(exc), "errors": []})
+
     @app.exception_handler(ModelUnavailable)
     async def model_unavailable(request: Request, exc: ModelUnavailable):
         return JSONResponse(status_code=503, content={"detail": str(exc), "errors": []})
@@ -225,6 +236,25 @@ def create_app(allowed_hosts: list[str] | None = None,
     def seq2seq(req: Seq2SeqRequest) -> dict:
         """View 7: the shipped seq2seq models (attention vs fixed context) decoding the input."""
         return seq2seq_service.decode(req.input)
+
+    no_gpt = {503: {"model": ErrorResponse, "description": "the shipped GPT cannot be loaded"}}
+
+    @app.post("/api/gpt/predict", response_model=GPTPredictResponse,
+              responses={**BAD_INPUT, **no_gpt})
+    def gpt_predict(req: GPTPredictRequest) -> dict:
+        """View 9: the GPT's causal attention, next-character bars and head pushes."""
+        return gpt_service.predict(req.prompt, req.temperature)
+
+    @app.post("/api/gpt/generate", response_model=GPTGenerateResponse,
+              responses={**BAD_INPUT, **no_gpt})
+    def gpt_generate(req: GPTGenerateRequest) -> dict:
+        """View 9: generation one character per step through the KV cache."""
+        return gpt_service.generate(req.prompt, req.steps, req.temperature, req.seed)
+
+    @app.post("/api/gpt/roles", response_model=GPTRolesResponse, responses=no_gpt)
+    def gpt_roles() -> dict:
+        """View 9: every head's previous-token and induction scores."""
+        return gpt_service.roles()
 
     @app.post("/api/model/attentions", response_model=AttentionsResponse,
               responses={**BAD_INPUT, **NO_MODEL})

@@ -115,6 +115,26 @@ def head_roles(model: GPT, n_sequences: int = 32, half: int | None = None,
     return HeadRoles(prev, induction, half, ids, w[0])
 
 
+INDUCTION = 0.3  # an induction score at or above this calls a head an induction head
+PREVIOUS = 0.5  # a previous-token score at or above this calls a head a previous-token head
+
+
+def roles_sentence(roles) -> str:
+    """What the grid shows, written from its numbers."""
+    L, H = roles.previous_token.shape
+    best_p = np.unravel_index(np.argmax(roles.previous_token), (L, H))
+    best_i = np.unravel_index(np.argmax(roles.induction), (L, H))
+    chance = float(np.mean(1.0 / np.arange(roles.half + 1, 2 * roles.half + 1)))
+    n_ind = int((roles.induction >= INDUCTION).sum())
+    n_prev = int((roles.previous_token >= PREVIOUS).sum())
+    ind = (f"{n_ind} head(s) score ≥ {INDUCTION} as induction heads"
+           if n_ind else f"no head scores ≥ {INDUCTION} as an induction head")
+    return (f"{n_prev} head(s) put ≥ {PREVIOUS:.0%} of their weight on the previous character "
+            f"(strongest L{best_p[0]}H{best_p[1]}, {roles.previous_token[best_p]:.2f}); {ind} "
+            f"(strongest L{best_i[0]}H{best_i[1]}, {roles.induction[best_i]:.2f}; uniform "
+            f"attention would give {chance:.3f})")
+
+
 # -- direct logit attribution ----------------------------------------------------------------
 @dataclass
 class Attribution:

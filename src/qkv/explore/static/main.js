@@ -12,7 +12,8 @@ import * as mistakes from "./views/mistakes.js";
 import * as cost from "./views/cost.js";
 import * as seq2seq from "./views/seq2seq.js";
 import * as model from "./views/model.js";
+import * as gpt from "./views/gpt.js";
 
-export const VIEWS = [projections, vectors, scale, masks, mistakes, cost, seq2seq, model];
+export const VIEWS = [projections, vectors, scale, masks, mistakes, cost, seq2seq, model, gpt];
 
 start(VIEWS);
