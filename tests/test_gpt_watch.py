@@ -121,3 +121,22 @@ def test_cli_look_prints_what_the_model_computes(capsys, tiny_checkpoint):
     assert f"its logit {a.logit:.2f}" in out
     roles = watch.head_roles(m)
     assert f"{roles.previous_token[0, 0]:.2f} · {roles.induction[0, 0]:.2f}" in out
+
+
+def test_text_roles_are_the_weights_on_the_previous_char_and_the_last_space(model):
+    ids = np.random.default_rng(4).integers(0, CONFIG.vocab_size, 3 * CONFIG.block_size + 1)
+    space = 10
+    roles = watch.text_roles(model, ids, space, n_windows=3)
+    prev, on_space, count = np.zeros((2, 2)), np.zeros((2, 2)), 0
+    T = CONFIG.block_size
+    for s in range(3):
+        seq = ids[s * T:(s + 1) * T]
+        w = watch.look(model, seq).weights
+        prev += np.mean([w[..., i, i - 1] for i in range(1, T)], axis=0) / 3
+        for i in range(T):
+            spaces = np.flatnonzero(seq[: i + 1] == space)
+            if spaces.size:
+                on_space += w[..., i, spaces[-1]]
+                count += 1
+    np.testing.assert_allclose(roles.previous_char, prev, atol=1e3 * F64)
+    np.testing.assert_allclose(roles.last_space, on_space / count, atol=1e3 * F64)

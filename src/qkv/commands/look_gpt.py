@@ -88,7 +88,16 @@ def run(args: argparse.Namespace) -> int:
     if steps:
         _generation(console, tok, args.sentence, steps)
     if args.roles:
-        _roles(console, watch.head_roles(model))
+        from qkv.tasks.corpus import load as load_corpus
+
+        try:
+            corpus = load_corpus()
+        except ValueError as exc:
+            return _fail(str(exc))
+        # real text only where the model reads the shipped corpus's characters
+        same = tok.chars == corpus.tokenizer.chars
+        _roles(console, watch.head_roles(model),
+               watch.text_roles(model, corpus.val, tok.chars.index(" ")) if same else None)
     return 0
 
 
@@ -134,7 +143,7 @@ def _generation(console, tok, prompt: str, steps) -> None:
     console.print(f"  text: {text!r}", highlight=False)
 
 
-def _roles(console, roles) -> None:
+def _roles(console, roles, text) -> None:
     from rich.table import Table
 
     from qkv.tasks import gpt_watch as watch
@@ -150,3 +159,16 @@ def _roles(console, roles) -> None:
                                     f"{roles.induction[layer, h]:.2f}" for h in range(H)))
     console.print(table)
     console.print(watch.roles_sentence(roles), highlight=False)
+    if text is None:
+        console.print("(the model reads other characters than the shipped Shakespeare, so its "
+                      "heads are not measured on that text)")
+        return
+    table = Table(title=f"on real text ({text.n_windows} windows of the validation text): "
+                        "mean weight on the previous character · on the last space")
+    table.add_column("layer")
+    for h in range(H):
+        table.add_column(f"head {h}\nprev · space", justify="right")
+    for layer in range(L):
+        table.add_row(str(layer), *(f"{text.previous_char[layer, h]:.2f} · "
+                                    f"{text.last_space[layer, h]:.2f}" for h in range(H)))
+    console.print(table)

@@ -115,6 +115,41 @@ def head_roles(model: GPT, n_sequences: int = 32, half: int | None = None,
     return HeadRoles(prev, induction, half, ids, w[0])
 
 
+@dataclass
+class TextRoles:
+    """What the heads do on real text: on consecutive windows of the validation text, each
+    head's mean weight on the previous character and on the most recent space (the start of
+    the current word), over the queries that have one."""
+
+    previous_char: np.ndarray  # (L, H)
+    last_space: np.ndarray  # (L, H)
+    n_windows: int
+
+
+def text_roles(model: GPT, ids: np.ndarray, space: int, n_windows: int = 40) -> TextRoles:
+    """:class:`TextRoles` on the first ``n_windows`` context-long windows of ``ids`` (a text's
+    ids; ``space`` is the id of " ")."""
+    from .gpt import windows
+
+    x, _ = windows(ids, model.config.block_size, n_windows)  # (S, T)
+    S, T = x.shape
+    xe, _ = model.embed(x)
+    causal = masks.causal()
+    weights = []
+    for block in model.blocks:
+        weights.append(block.attn.attention_weights(block.ln1(xe), mask=causal))  # (S, H, T, T)
+        xe = block(xe, mask=causal)
+    w = np.stack(weights, axis=1).astype(np.float64)  # (S, L, H, T, T)
+    rows = np.arange(1, T)
+    prev = w[..., rows, rows - 1].mean(axis=(0, -1))  # (L, H)
+    # the most recent space at or before each query: a running maximum of space positions
+    where = np.where(x == space, np.arange(T), -1)  # (S, T)
+    last = np.maximum.accumulate(where, axis=1)  # (S, T)
+    s_idx, q_idx = np.nonzero(last >= 0)
+    on_space = w[s_idx, :, :, q_idx, last[s_idx, q_idx]]  # (M, L, H)
+    return TextRoles(prev, on_space.mean(axis=0), S)
+
+
 INDUCTION = 0.3  # an induction score at or above this calls a head an induction head
 PREVIOUS = 0.5  # a previous-token score at or above this calls a head a previous-token head
 
