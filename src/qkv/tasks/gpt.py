@@ -400,20 +400,7 @@ def _check_header(meta: dict, shapes: ckpt.Shapes) -> None:
     if (not isinstance(chars, str) or len(chars) != config.vocab_size
             or len(set(chars)) != len(chars)):
         raise ckpt.CheckpointError(f"chars must be {config.vocab_size} distinct characters")
-    ckpt.natural(meta["step"], "step")
-    elapsed = meta["elapsed"]
-    if (isinstance(elapsed, bool) or not isinstance(elapsed, (int, float))
-            or not 0 <= elapsed < float("inf")):
-        raise ckpt.CheckpointError(f"elapsed must be a number of seconds ≥ 0, got {elapsed!r}")
-    history = meta["history"]
-    if not isinstance(history, list) or not all(
-            isinstance(h, dict) and isinstance(h.get("step"), int)
-            and all(isinstance(h.get(k), (int, float)) for k in ("train", "val"))
-            for h in history):
-        raise ckpt.CheckpointError("history must be a list of evaluations, each with step, "
-                                   "train and val")
-    if not isinstance(meta["rng"], dict):
-        raise ckpt.CheckpointError("rng must be a generator state (a JSON object)")
+    ckpt.check_progress(meta, ("train", "val"))
 
 
 def load(path) -> tuple[GPT, CharTokenizer, dict]:

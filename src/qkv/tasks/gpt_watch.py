@@ -61,19 +61,25 @@ def softmax_t(logits: np.ndarray, temperature: float) -> np.ndarray:
     return z / z.sum(axis=-1, keepdims=True)
 
 
-def look(model: GPT, ids, temperature: float = 1.0) -> Look:
-    ids = _prompt(model, ids)
-    x, _ = model.embed(ids[None])  # (1, N, C)
+def weights_of(model: GPT, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Every layer's and head's causal weights for ids ``(B, N)``, from
+    :func:`qkv.attention_weights` on each block's input: ``(w (B, L, H, N, N), logits
+    (B, N, V))``."""
+    x, _ = model.embed(ids)  # (B, N, C)
     causal = masks.causal()
     weights = []
     for block in model.blocks:
-        a = block.ln1(x)
-        weights.append(block.attn.attention_weights(a, mask=causal)[0])  # (H, N, N)
+        weights.append(block.attn.attention_weights(block.ln1(x), mask=causal))  # (B, H, N, N)
         x = block(x, mask=causal)
-    logits = model.unembed(x)[0][0, -1]  # (V,)
+    return np.stack(weights, axis=1), model.unembed(x)[0]
+
+
+def look(model: GPT, ids, temperature: float = 1.0) -> Look:
+    ids = _prompt(model, ids)
+    w, logits = weights_of(model, ids[None])
     n = ids.size
-    return Look(ids, np.stack(weights), np.tril(np.ones((n, n), bool)),
-                softmax_t(logits, temperature), logits, float(temperature))
+    return Look(ids, w[0], np.tril(np.ones((n, n), bool)),
+                softmax_t(logits[0, -1], temperature), logits[0, -1], float(temperature))
 
 
 # -- head roles ------------------------------------------------------------------------------
@@ -100,13 +106,7 @@ def head_roles(model: GPT, n_sequences: int = 32, half: int | None = None,
     rng = np.random.default_rng([seed, 0x1D])
     first = rng.integers(0, model.config.vocab_size, (n_sequences, half))
     ids = np.concatenate([first, first], axis=1)  # (S, 2·half)
-    x, _ = model.embed(ids)
-    causal = masks.causal()
-    weights = []
-    for block in model.blocks:
-        weights.append(block.attn.attention_weights(block.ln1(x), mask=causal))  # (S, H, N, N)
-        x = block(x, mask=causal)
-    w = np.stack(weights, axis=1).astype(np.float64)  # (S, L, H, N, N)
+    w = weights_of(model, ids)[0].astype(np.float64)  # (S, L, H, N, N)
     n = 2 * half
     rows = np.arange(1, n)
     prev = w[..., rows, rows - 1].mean(axis=(0, -1))  # (L, H): query i → key i − 1
@@ -133,13 +133,7 @@ def text_roles(model: GPT, ids: np.ndarray, space: int, n_windows: int = 40) -> 
 
     x, _ = windows(ids, model.config.block_size, n_windows)  # (S, T)
     S, T = x.shape
-    xe, _ = model.embed(x)
-    causal = masks.causal()
-    weights = []
-    for block in model.blocks:
-        weights.append(block.attn.attention_weights(block.ln1(xe), mask=causal))  # (S, H, T, T)
-        xe = block(xe, mask=causal)
-    w = np.stack(weights, axis=1).astype(np.float64)  # (S, L, H, T, T)
+    w = weights_of(model, x)[0].astype(np.float64)  # (S, L, H, T, T)
     rows = np.arange(1, T)
     prev = w[..., rows, rows - 1].mean(axis=(0, -1))  # (L, H)
     # the most recent space at or before each query: a running maximum of space positions

@@ -155,20 +155,7 @@ def _check_header(meta: dict, shapes: ckpt.Shapes) -> None:
     config = ckpt.config_from(RecallConfig, meta["config"])
     ckpt.expect_shapes(shapes, {f"model.{n}": s for n, s in
                                 RecallModel.pinned_shapes(config).items()}, "config")
-    ckpt.natural(meta["step"], "step")
-    elapsed = meta["elapsed"]
-    if (isinstance(elapsed, bool) or not isinstance(elapsed, (int, float))
-            or not 0 <= elapsed < float("inf")):
-        raise ckpt.CheckpointError(f"elapsed must be a number of seconds ≥ 0, got {elapsed!r}")
-    history = meta["history"]
-    if not isinstance(history, list) or not all(
-            isinstance(h, dict) and isinstance(h.get("step"), int)
-            and all(isinstance(h.get(k), (int, float)) for k in ("accuracy", "top_weight_hit"))
-            for h in history):
-        raise ckpt.CheckpointError("history must be a list of evaluations, each with step, "
-                                   "accuracy and top_weight_hit")
-    if not isinstance(meta["rng"], dict):
-        raise ckpt.CheckpointError("rng must be a generator state (a JSON object)")
+    ckpt.check_progress(meta, ("accuracy", "top_weight_hit"))
 
 
 # -- the seeds' experiments: several models, the same batches, one runner ---------------------
