@@ -302,6 +302,22 @@ def check_progress(meta: dict, history_fields: tuple[str, ...]) -> None:
         raise CheckpointError("rng must be a generator state (a JSON object)")
 
 
+def load_optimizer(opt, tensors: dict[str, np.ndarray], prefix: str, step: int) -> None:
+    """Load Adam ``opt`` from the tensors named ``<prefix><name>``; its step must be ``step``."""
+    opt.load_state_dict({n[len(prefix):]: a for n, a in tensors.items() if n.startswith(prefix)})
+    if opt.t != step:
+        raise CheckpointError(f"{prefix}step is {opt.t} but step is {step}")
+
+
+def restore_rng(rng: np.random.Generator, state) -> None:
+    """Set ``rng``'s state from a checkpoint's JSON; CheckpointError if it is not one."""
+    try:
+        rng.bit_generator.state = state
+    except (TypeError, ValueError, KeyError) as exc:
+        raise CheckpointError(f"rng is not a {type(rng.bit_generator).__name__} state "
+                              f"({exc})") from None
+
+
 def expect_shapes(shapes: Shapes, expected: dict[str, tuple[int, ...]], what: str) -> None:
     """Each tensor in ``expected`` must be in the header with that shape."""
     for name, shape in expected.items():

@@ -315,17 +315,8 @@ class GPTRun:
                 p[...] = tensors[f"model.{name}"]
             opts = () if weights_only else zip(("decay", "rest"), run.opts, strict=True)
             for tag, opt in opts:
-                prefix = f"adam.{tag}."
-                opt.load_state_dict({n[len(prefix):]: a for n, a in tensors.items()
-                                     if n.startswith(prefix)})
-                if opt.t != meta["step"]:
-                    raise ckpt.CheckpointError(f"{prefix}step is {opt.t} but step is "
-                                               f"{meta['step']}")
-            try:
-                run.rng.bit_generator.state = meta["rng"]
-            except (TypeError, ValueError, KeyError) as exc:
-                raise ckpt.CheckpointError(f"rng is not a {type(run.rng.bit_generator).__name__}"
-                                           f" state ({exc})") from None
+                ckpt.load_optimizer(opt, tensors, f"adam.{tag}.", meta["step"])
+            ckpt.restore_rng(run.rng, meta["rng"])
             tok = CharTokenizer(meta["chars"])
         run.step, run.elapsed, run.history = meta["step"], meta["elapsed"], meta["history"]
         return run, tok

@@ -72,16 +72,8 @@ class Run:
             ckpt.expect_tensors(tensors, expected)
             for name, p in run.model.params.items():
                 p[...] = tensors[f"model.{name}"]
-            run.opt.load_state_dict({n[len("adam."):]: a for n, a in tensors.items()
-                                     if n.startswith("adam.")})
-            if run.opt.t != meta["step"]:
-                raise ckpt.CheckpointError(f"adam.step is {run.opt.t} but step is "
-                                           f"{meta['step']}")
-            try:
-                run.rng.bit_generator.state = meta["rng"]
-            except (TypeError, ValueError, KeyError) as exc:
-                raise ckpt.CheckpointError(f"rng is not a {type(run.rng.bit_generator).__name__}"
-                                           f" state ({exc})") from None
+            ckpt.load_optimizer(run.opt, tensors, "adam.", meta["step"])
+            ckpt.restore_rng(run.rng, meta["rng"])
         run.step, run.elapsed, run.history = meta["step"], meta["elapsed"], meta["history"]
         return run
 
