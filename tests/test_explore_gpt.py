@@ -114,7 +114,7 @@ def test_the_api_refuses_what_the_model_cannot_read_in_one_line():
     with TestClient(create_app(), base_url="http://127.0.0.1") as client:
         for body, expected in (({"prompt": "café"}, "never saw"),
                                ({"prompt": "a" * 65}, "at most 64 characters"),
-                               ({"prompt": "ab", "temperature": 0}, "greater than 0")):
+                               ({"prompt": "ab", "temperature": 0}, "equal to 0.01")):
             r = client.post("/api/gpt/predict", json=body)
             assert r.status_code == 422 and expected in r.json()["detail"], r.json()
             assert "\n" not in r.json()["detail"].split(": use only")[0]

@@ -34,7 +34,7 @@ def test_look_is_causal_and_its_rows_are_distributions(model):
     np.testing.assert_allclose(seen.logits, logits, atol=100 * F64)
     z = np.exp(logits / 0.5 - (logits / 0.5).max())
     np.testing.assert_allclose(seen.probs, z / z.sum(), atol=100 * F64)
-    with pytest.raises(ValueError, match="temperature must be a number > 0"):
+    with pytest.raises(ValueError, match=r"temperature must be a number ≥ 0\.001"):
         watch.look(model, ids, temperature=0)
 
 

@@ -36,6 +36,7 @@ from .gpt_schemas import (
     GPTGenerateResponse,
     GPTPredictRequest,
     GPTPredictResponse,
+    GPTRolesRequest,
     GPTRolesResponse,
 )
 from .hosts import LOOPBACK_HOSTS, HostCheck
@@ -251,10 +252,11 @@ def create_app(allowed_hosts: list[str] | None = None,
         """View 9: generation one character per step through the KV cache."""
         return gpt_service.generate(req.prompt, req.steps, req.temperature, req.seed)
 
-    @app.post("/api/gpt/roles", response_model=GPTRolesResponse, responses=no_gpt)
-    def gpt_roles() -> dict:
+    @app.post("/api/gpt/roles", response_model=GPTRolesResponse,
+              responses={**BAD_INPUT, **no_gpt})
+    def gpt_roles(req: GPTRolesRequest) -> dict:
         """View 9: every head's previous-token and induction scores."""
-        return gpt_service.roles()
+        return gpt_service.roles(req.n_sequences, req.seed)
 
     @app.post("/api/model/attentions", response_model=AttentionsResponse,
               responses={**BAD_INPUT, **NO_MODEL})

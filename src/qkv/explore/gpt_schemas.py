@@ -10,8 +10,9 @@ from .schemas import _Strict
 
 Prompt = Annotated[str, Field(min_length=1, max_length=64,
                               description="characters the model knows; at most its context, 64")]
-Temperature = Annotated[float, Field(strict=False, gt=0.0, le=10.0, allow_inf_nan=False,
-                                     description="softmax temperature T > 0 (logits / T)")]
+Temperature = Annotated[float, Field(strict=False, ge=0.01, le=10.0, allow_inf_nan=False,
+                                     description="softmax temperature T (logits / T), "
+                                                 "0.01 ≤ T ≤ 10")]
 
 
 class GPTPredictRequest(_Strict):
@@ -62,6 +63,11 @@ class GPTGenerateResponse(BaseModel):
     context: int
     temperature: float
     seed: int
+
+
+class GPTRolesRequest(_Strict):
+    n_sequences: Annotated[int, Field(strict=True, ge=1, le=64)] = 32
+    seed: Annotated[int, Field(strict=True, ge=0, le=2**31 - 1)] = 0
 
 
 class GPTRolesResponse(BaseModel):

@@ -89,14 +89,15 @@ def generate(prompt: str, steps: int, temperature: float, seed: int) -> dict:
             "context": model.config.block_size, "temperature": temperature, "seed": seed}
 
 
-@lru_cache(maxsize=1)
-def roles() -> dict:
-    """Every head's previous-token and induction scores (the default measurement, cached: the
-    model is fixed), the sentence saying what they show, and the first sequence's weights."""
+@lru_cache(maxsize=4)
+def roles(n_sequences: int = 32, seed: int = 0) -> dict:
+    """Every head's previous-token and induction scores on ``n_sequences`` repeated random
+    sequences drawn with ``seed`` (cached: the model is fixed), the sentence saying what they
+    show, and the first sequence's weights."""
     from qkv.tasks import gpt_watch as watch
 
     model, tok = load()
-    r = watch.head_roles(model)
+    r = watch.head_roles(model, n_sequences, seed=seed)
     return {"previous_token": r.previous_token.tolist(), "induction": r.induction.tolist(),
             "half": r.half, "n_sequences": r.n_sequences, "sentence": watch.roles_sentence(r),
             "example": [tok.chars[i] for i in r.ids[0]],

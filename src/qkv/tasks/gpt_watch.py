@@ -52,10 +52,16 @@ def _prompt(model: GPT, ids) -> np.ndarray:
     return ids
 
 
+MIN_TEMPERATURE = 1e-3  # logits / T stays finite (|logits| ≪ 1e300 · T)
+
+
 def softmax_t(logits: np.ndarray, temperature: float) -> np.ndarray:
-    """softmax(logits / T) over the last axis (float64); T must be > 0."""
-    if not (isinstance(temperature, (int, float)) and 0 < temperature < float("inf")):
-        raise ValueError(f"temperature must be a number > 0, got {temperature!r}")
+    """softmax(logits / T) over the last axis (float64); T ≥ 0.001 (as T → 0 this becomes
+    the argmax, which ``greedy=True`` gives exactly)."""
+    if (isinstance(temperature, bool) or not isinstance(temperature, (int, float))
+            or not MIN_TEMPERATURE <= temperature < float("inf")):
+        raise ValueError(f"temperature must be a number ≥ {MIN_TEMPERATURE}, got "
+                         f"{temperature!r}; for the most likely character use greedy")
     z = np.asarray(logits, dtype=np.float64) / temperature
     z = np.exp(z - z.max(axis=-1, keepdims=True))
     return z / z.sum(axis=-1, keepdims=True)
