@@ -405,7 +405,7 @@ def test_mask_tokens_are_editable_and_too_many_is_a_422(page):
     assert page.locator("[data-testid^='mask-cell-']").count() == 9
 
 
-# -- 8 · A real model -----------------------------------------------------------------------------
+# -- 9 · A real model -----------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def minilm():
     from qkv.explore.model_service import ModelUnavailable, load_minilm

@@ -392,7 +392,7 @@ def act_mistakes(page, rng: random.Random) -> str:
     return f"toggle {which}"
 
 
-# -- 8 · A real model -----------------------------------------------------------------------------
+# -- 9 · A real model -----------------------------------------------------------------------------
 _attentions: dict = {}
 
 

@@ -148,9 +148,12 @@ def test_the_page_reads_only_fields_its_views_declare(page):  # noqa: F811
 
     page.add_init_script("window.qkvRecordReads = true")
     for view in ("projections", "vectors", "scale", "masks", "mistakes", "cost", "seq2seq",
-                 "farback", "model"):
+                 "farback", "model", "gpt"):
         page.goto(f"{page.base}#view={view}")
         idle(page)
+    page.wait_for_selector("[data-testid='gpt-role-0-0'], [data-testid='error']:visible")
+    page.get_by_test_id("gpt-step").click()  # the generation answer's fields too
+    idle(page)
     page.goto(f"{page.base}#view=mistakes")
     idle(page)
     for toggle in ("mistake-scale", "mistake-axis", "mistake-swap"):

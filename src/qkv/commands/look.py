@@ -7,6 +7,7 @@
     qkv look "..." --html heads.html                                    every head, in a browser
     qkv look "..." --layer 3 --head 7 --svg head.svg                    one head, as vector art
     qkv look "..." --model path/to/folder --all                         a transformers model
+    qkv look --gpt "ROMEO." --all --generate 20 --roles                 qkv's own GPT predicting
 
 Row i of a heat map is how token i spreads its attention over the tokens (each row sums to
 100%). The neuron view shows, for one token, its query vector, each key, their elementwise
@@ -49,6 +50,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--hf", action="store_true",
                         help="run the model through transformers (attn_implementation='qkv') "
                              "even when qkv's own MiniLM could read it")
+    from . import look_gpt
+
+    look_gpt.add_arguments(parser)
 
 
 def find_token(tokens: list[str], wanted: str) -> int:
@@ -75,6 +79,13 @@ def _fail(message: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.gpt:
+        from . import look_gpt
+
+        if args.model or args.hf or args.token or args.html or args.svg:
+            return _fail("--gpt looks at qkv's character-level GPT; --model, --hf, --token, "
+                         "--html and --svg are for the other models")
+        return look_gpt.run(args)
     from rich.console import Console
 
     from qkv.models import ModelFilesError

@@ -11,6 +11,7 @@
                       accuracy per input length (docs/seeds.md).
   qkv train farback   one event far back in a 256-step window among recent distractors:
                       attention vs a learned exponential decay vs a GRU, accuracy per lag.
+  qkv train gpt       a character-level GPT on Shakespeare, nanoGPT's CPU run (docs/gpt.md).
 
 Examples:
   qkv train recall --seed 0 --checkpoint recall.safetensors
@@ -18,6 +19,7 @@ Examples:
   qkv train explain --checkpoint recall.safetensors --index 3
   qkv train seq2seq --seed 0 --json seq2seq.json --plot seq2seq.png --heatmap align.svg
   qkv train farback --seed 0 --json farback.json --plot farback.png --heatmap weights.svg
+  qkv train gpt --seed 0 --checkpoint gpt.safetensors --export gpt-hf
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import argparse
 import pathlib
 
 HELP = ("train attention in NumPy: associative recall, the seeds' seq2seq and far-back "
-        "experiments; explain a checkpoint")
+        "experiments, a character-level GPT; explain a checkpoint")
 
 # flag → RecallConfig field, for the flags that define the model and data
 CONFIG_FLAGS = {"keys": "n_keys", "values": "n_values", "pairs": "n_pairs",
@@ -77,6 +79,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     exp.set_defaults(train_run=run_explain)
     _add_seq2seq(sub)
     _add_farback(sub)
+    from . import train_gpt
+
+    train_gpt.add_parser(sub)
 
 
 def _add_outputs(p, what: str) -> None:

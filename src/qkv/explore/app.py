@@ -31,8 +31,24 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 import qkv
 
-from . import compute, cost_service, farback_service, lessons, projections, seq2seq_service
+from . import (
+    compute,
+    cost_service,
+    farback_service,
+    gpt_service,
+    lessons,
+    projections,
+    seq2seq_service,
+)
 from .errors import InputError, describe_validation_errors
+from .gpt_schemas import (
+    GPTGenerateRequest,
+    GPTGenerateResponse,
+    GPTPredictRequest,
+    GPTPredictResponse,
+    GPTRolesRequest,
+    GPTRolesResponse,
+)
 from .hosts import LOOPBACK_HOSTS, HostCheck
 from .lesson_schemas import (
     CurvesRequest,
@@ -165,6 +181,10 @@ def create_app(allowed_hosts: list[str] | None = None,
     async def seq2seq_unavailable(request: Request, exc: Exception):
         return JSONResponse(status_code=503, content={"detail": str(exc), "errors": []})
 
+    @app.exception_handler(gpt_service.GPTUnavailable)
+    async def gpt_unavailable(request: Request, exc: Exception):
+        return JSONResponse(status_code=503, content={"detail": str(exc), "errors": []})
+
     @app.exception_handler(ModelUnavailable)
     async def model_unavailable(request: Request, exc: ModelUnavailable):
         return JSONResponse(status_code=503, content={"detail": str(exc), "errors": []})
@@ -269,6 +289,26 @@ def create_app(allowed_hosts: list[str] | None = None,
         results; and the shipped models' held-out scores (what the n² buys)."""
         return {"live": cost_service.live(req.max_n, req.budget, req.repeats),
                 "shipped": cost_service.shipped(), "evidence": cost_service.evidence()}
+
+    no_gpt = {503: {"model": ErrorResponse, "description": "the shipped GPT cannot be loaded"}}
+
+    @app.post("/api/gpt/predict", response_model=GPTPredictResponse,
+              responses={**BAD_INPUT, **no_gpt})
+    def gpt_predict(req: GPTPredictRequest) -> dict:
+        """View 10: the GPT's causal attention, next-character bars and head pushes."""
+        return gpt_service.predict(req.prompt, req.temperature)
+
+    @app.post("/api/gpt/generate", response_model=GPTGenerateResponse,
+              responses={**BAD_INPUT, **no_gpt})
+    def gpt_generate(req: GPTGenerateRequest) -> dict:
+        """View 10: generation one character per step through the KV cache."""
+        return gpt_service.generate(req.prompt, req.steps, req.temperature, req.seed)
+
+    @app.post("/api/gpt/roles", response_model=GPTRolesResponse,
+              responses={**BAD_INPUT, **no_gpt})
+    def gpt_roles(req: GPTRolesRequest) -> dict:
+        """View 10: every head's previous-token and induction scores."""
+        return gpt_service.roles(req.n_sequences, req.seed)
 
     @app.post("/api/model/attentions", response_model=AttentionsResponse,
               responses={**BAD_INPUT, **NO_MODEL})

@@ -9,7 +9,7 @@ Every layer follows one pattern (see :mod:`qkv.nn._base`)::
 Weights are plain NumPy arrays in ``layer.params`` (seeds' row convention, ``y = x W``).
 """
 
-from .activations import gelu, gelu_backward, relu, relu_backward
+from .activations import gelu, gelu_backward, gelu_tanh, gelu_tanh_backward, relu, relu_backward
 from .attention import MultiHeadAttention, merge_heads, split_heads
 from .block import TransformerBlock
 from .cache import KVCache, LayerCache
@@ -38,6 +38,8 @@ __all__ = [
     "TransformerBlock",
     "gelu",
     "gelu_backward",
+    "gelu_tanh",
+    "gelu_tanh_backward",
     "log_softmax",
     "masks_from_torch",
     "merge_heads",

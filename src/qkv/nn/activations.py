@@ -33,6 +33,59 @@ def gelu_backward(x, dy):
     return dy * (cdf + x * pdf)
 
 
+_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+
+
+def gelu_tanh(x):
+    """GPT-2's GELU, the tanh approximation (transformers' "gelu_new", torch's
+    ``GELU(approximate="tanh")``): ½ x (1 + tanh(√(2/π) (x + 0.044715 x³))).
+
+    Needs no scipy and costs one tanh per element (~50× less than scipy's erf here).
+    """
+    x = np.asarray(x)
+    c = x.dtype.type(_SQRT_2_OVER_PI)
+    return 0.5 * x * (1.0 + np.tanh(c * (x + x.dtype.type(0.044715) * (x * x * x))))
+
+
+def gelu_tanh_backward(x, dy):
+    """∂loss/∂x given dy = ∂loss/∂gelu_tanh(x): with u = √(2/π)(x + 0.044715 x³), t = tanh u,
+    d/dx = ½ (1 + t) + ½ x (1 − t²) √(2/π) (1 + 3·0.044715 x²).
+
+    Written in place on two buffers: the same expression with a fresh temporary per operation
+    ran ~8× slower on (12, 64, 512) float32 (each temporary a fresh, page-faulting mapping).
+    """
+    x = np.asarray(x)
+    f = x.dtype.type
+    c = f(_SQRT_2_OVER_PI)
+    x2 = x * x
+    t = np.multiply(x2, f(0.044715))
+    t *= x
+    t += x
+    t *= c
+    np.tanh(t, out=t)  # t = tanh u
+    d = np.multiply(t, t)
+    np.subtract(f(1.0), d, out=d)  # 1 − t²
+    d *= x
+    d *= c * f(0.5)
+    x2 *= f(3 * 0.044715)
+    x2 += f(1.0)
+    d *= x2  # ½ x (1 − t²) √(2/π) (1 + 3·0.044715 x²)
+    t += f(1.0)
+    t *= f(0.5)
+    d += t
+    return np.multiply(d, dy, out=d) if np.result_type(d, dy) == d.dtype else d * dy
+
+
+ACTIVATIONS = {"gelu": (gelu, gelu_backward), "gelu_tanh": (gelu_tanh, gelu_tanh_backward)}
+
+
+def activation(name: str):
+    """``(f, f_backward)`` for an activation's name: "gelu" (exact erf) or "gelu_tanh"."""
+    if name not in ACTIVATIONS:
+        raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {name!r}")
+    return ACTIVATIONS[name]
+
+
 def relu(x):
     return np.maximum(x, 0)
 

@@ -16,16 +16,18 @@ class TransformerBlock(Layer):
     Params: ``ln1.*``, ``attn.*`` (see :class:`MultiHeadAttention`), ``ln2.*``, ``mlp.*``.
     ``forward(x, mask=None, cache=None)``: with a :class:`qkv.nn.LayerCache` the block runs one
     decoding step (inference only) — the residual stream is per position, so only attention
-    needs the past.
+    needs the past. ``activation``: the MLP's, "gelu" or "gelu_tanh" (see :class:`MLP`).
     """
 
     def __init__(self, d_model: int, n_heads: int, d_hidden: int | None = None,
-                 n_kv_heads: int | None = None, rng=None, dtype=np.float32):
+                 n_kv_heads: int | None = None, rng=None, dtype=np.float32,
+                 activation: str = "gelu"):
         gen = as_rng(rng)
         self.ln1 = LayerNorm(d_model, dtype=dtype)
         self.attn = MultiHeadAttention(d_model, n_heads, n_kv_heads, rng=gen, dtype=dtype)
         self.ln2 = LayerNorm(d_model, dtype=dtype)
-        self.mlp = MLP(d_model, d_hidden or 4 * d_model, rng=gen, dtype=dtype)
+        self.mlp = MLP(d_model, d_hidden or 4 * d_model, rng=gen, dtype=dtype,
+                       activation=activation)
         self.params = {**prefixed("ln1", self.ln1.params), **prefixed("attn", self.attn.params),
                        **prefixed("ln2", self.ln2.params), **prefixed("mlp", self.mlp.params)}
 

@@ -282,6 +282,42 @@ def natural(value, name: str) -> int:
     return value
 
 
+def check_progress(meta: dict, history_fields: tuple[str, ...]) -> None:
+    """A training run's progress metadata: ``step`` an int ≥ 0, ``elapsed`` seconds ≥ 0,
+    ``history`` a list of evaluations each with an int ``step`` and a number for each of
+    ``history_fields``, ``rng`` a generator state (a JSON object)."""
+    natural(meta["step"], "step")
+    elapsed = meta["elapsed"]
+    if (isinstance(elapsed, bool) or not isinstance(elapsed, (int, float))
+            or not 0 <= elapsed < float("inf")):
+        raise CheckpointError(f"elapsed must be a number of seconds ≥ 0, got {elapsed!r}")
+    history = meta["history"]
+    if not isinstance(history, list) or not all(
+            isinstance(h, dict) and isinstance(h.get("step"), int)
+            and all(isinstance(h.get(k), (int, float)) for k in history_fields)
+            for h in history):
+        raise CheckpointError("history must be a list of evaluations, each with step, "
+                              + " and ".join(history_fields))
+    if not isinstance(meta["rng"], dict):
+        raise CheckpointError("rng must be a generator state (a JSON object)")
+
+
+def load_optimizer(opt, tensors: dict[str, np.ndarray], prefix: str, step: int) -> None:
+    """Load Adam ``opt`` from the tensors named ``<prefix><name>``; its step must be ``step``."""
+    opt.load_state_dict({n[len(prefix):]: a for n, a in tensors.items() if n.startswith(prefix)})
+    if opt.t != step:
+        raise CheckpointError(f"{prefix}step is {opt.t} but step is {step}")
+
+
+def restore_rng(rng: np.random.Generator, state) -> None:
+    """Set ``rng``'s state from a checkpoint's JSON; CheckpointError if it is not one."""
+    try:
+        rng.bit_generator.state = state
+    except (TypeError, ValueError, KeyError) as exc:
+        raise CheckpointError(f"rng is not a {type(rng.bit_generator).__name__} state "
+                              f"({exc})") from None
+
+
 def expect_shapes(shapes: Shapes, expected: dict[str, tuple[int, ...]], what: str) -> None:
     """Each tensor in ``expected`` must be in the header with that shape."""
     for name, shape in expected.items():

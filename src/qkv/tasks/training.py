@@ -72,16 +72,8 @@ class Run:
             ckpt.expect_tensors(tensors, expected)
             for name, p in run.model.params.items():
                 p[...] = tensors[f"model.{name}"]
-            run.opt.load_state_dict({n[len("adam."):]: a for n, a in tensors.items()
-                                     if n.startswith("adam.")})
-            if run.opt.t != meta["step"]:
-                raise ckpt.CheckpointError(f"adam.step is {run.opt.t} but step is "
-                                           f"{meta['step']}")
-            try:
-                run.rng.bit_generator.state = meta["rng"]
-            except (TypeError, ValueError, KeyError) as exc:
-                raise ckpt.CheckpointError(f"rng is not a {type(run.rng.bit_generator).__name__}"
-                                           f" state ({exc})") from None
+            ckpt.load_optimizer(run.opt, tensors, "adam.", meta["step"])
+            ckpt.restore_rng(run.rng, meta["rng"])
         run.step, run.elapsed, run.history = meta["step"], meta["elapsed"], meta["history"]
         return run
 
@@ -155,20 +147,7 @@ def _check_header(meta: dict, shapes: ckpt.Shapes) -> None:
     config = ckpt.config_from(RecallConfig, meta["config"])
     ckpt.expect_shapes(shapes, {f"model.{n}": s for n, s in
                                 RecallModel.pinned_shapes(config).items()}, "config")
-    ckpt.natural(meta["step"], "step")
-    elapsed = meta["elapsed"]
-    if (isinstance(elapsed, bool) or not isinstance(elapsed, (int, float))
-            or not 0 <= elapsed < float("inf")):
-        raise ckpt.CheckpointError(f"elapsed must be a number of seconds ≥ 0, got {elapsed!r}")
-    history = meta["history"]
-    if not isinstance(history, list) or not all(
-            isinstance(h, dict) and isinstance(h.get("step"), int)
-            and all(isinstance(h.get(k), (int, float)) for k in ("accuracy", "top_weight_hit"))
-            for h in history):
-        raise ckpt.CheckpointError("history must be a list of evaluations, each with step, "
-                                   "accuracy and top_weight_hit")
-    if not isinstance(meta["rng"], dict):
-        raise ckpt.CheckpointError("rng must be a generator state (a JSON object)")
+    ckpt.check_progress(meta, ("accuracy", "top_weight_hit"))
 
 
 # -- the seeds' experiments: several models, the same batches, one runner ---------------------

@@ -13,8 +13,9 @@ import * as cost from "./views/cost.js";
 import * as seq2seq from "./views/seq2seq.js";
 import * as farback from "./views/farback.js";
 import * as model from "./views/model.js";
+import * as gpt from "./views/gpt.js";
 
 export const VIEWS = [projections, vectors, scale, masks, mistakes, cost, seq2seq, farback,
-  model];
+  model, gpt];
 
 start(VIEWS);

@@ -1,0 +1,174 @@
+"""``qkv look --gpt "PROMPT"``: the shipped character-level GPT (or ``--checkpoint``) predicting
+the next character — every head's causal attention over the prompt (future keys masked ×), the
+next-character distribution, each head's direct push on the chosen character, head roles, and
+step-by-step generation through the KV cache. The numbers come from :mod:`qkv.tasks.gpt_watch`;
+this module only prints them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+
+# how a character is written as a label: the invisible ones get a visible stand-in
+VISIBLE = {"\n": "⏎", " ": "␣", "\t": "⇥"}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group("the character-level GPT (--gpt)")
+    g.add_argument("--gpt", action="store_true",
+                   help="look at qkv's character-level GPT predicting the next character of "
+                        "the sentence (the shipped model, or --checkpoint)")
+    g.add_argument("--checkpoint", metavar="PATH",
+                   help="with --gpt: a checkpoint from qkv train gpt (default: the shipped one)")
+    g.add_argument("--temperature", type=float, default=1.0,
+                   help="with --gpt: softmax temperature of the next-character bars (default 1)")
+    g.add_argument("--generate", type=int, default=0, metavar="N",
+                   help="with --gpt: append N characters one at a time through the KV cache, "
+                        "showing what each head read")
+    g.add_argument("--roles", action="store_true",
+                   help="with --gpt: every head's previous-token and induction scores")
+
+
+def label(ch: str) -> str:
+    return VISIBLE.get(ch, ch)
+
+
+def _fail(message: str) -> int:
+    print(f"qkv look: {message}", file=sys.stderr)
+    return 2
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from qkv.render import Figure, as_heads
+    from qkv.tasks import gpt
+    from qkv.tasks import gpt_watch as watch
+
+    if args.checkpoint and not Path(args.checkpoint).exists():
+        return _fail(f"no checkpoint at {args.checkpoint!r}; train one with `qkv train gpt "
+                     f"--checkpoint {args.checkpoint}`, or leave out --checkpoint for the "
+                     "shipped model")
+    try:
+        if args.checkpoint:
+            model, tok, _ = gpt.load(args.checkpoint)
+        else:
+            model, tok = gpt.load_pretrained()
+    except (OSError, ValueError) as exc:
+        return _fail(str(exc))
+    c = model.config
+    if not 0 <= args.layer < c.n_layer:
+        return _fail(f"--layer must lie in [0, {c.n_layer}), got {args.layer}")
+    if not 0 <= args.head < c.n_head:
+        return _fail(f"--head must lie in [0, {c.n_head}), got {args.head}")
+    try:
+        ids = tok.encode(args.sentence)
+        seen = watch.look(model, ids, args.temperature)
+        steps = watch.generate(model, ids, args.generate, args.temperature, seed=0)
+    except ValueError as exc:
+        return _fail(str(exc))
+    console = Console()
+    chars = [label(ch) for ch in args.sentence]
+    console.print(f"[bold]character-level GPT[/bold] on qkv · {c.n_layer} layers × {c.n_head} "
+                  f"heads · {len(chars)} of {c.block_size} characters · masked (future) keys ×",
+                  highlight=False)
+    fig = Figure(as_heads(seen.weights, chars, title=f"GPT on qkv: {args.sentence!r}",
+                          allowed=seen.allowed))
+    if args.all:
+        console.print(f"[bold]layer {args.layer}: all {c.n_head} heads[/bold]")
+        console.print(fig.terminal(args.layer, None))
+    else:
+        console.print(fig.terminal(args.layer, args.head))
+    _bars(console, tok, seen)
+    _attribution(console, tok, watch.logit_attribution(model, ids))
+    if steps:
+        _generation(console, tok, args.sentence, steps)
+    if args.roles:
+        from qkv.tasks.corpus import load as load_corpus
+
+        try:
+            corpus = load_corpus()
+        except ValueError as exc:
+            return _fail(str(exc))
+        # real text only where the model reads the shipped corpus's characters
+        same = tok.chars == corpus.tokenizer.chars
+        _roles(console, watch.head_roles(model),
+               watch.text_roles(model, corpus.val, tok.chars.index(" ")) if same else None)
+    return 0
+
+
+def _bars(console, tok, seen, top: int = 8) -> None:
+    order = np.argsort(-seen.probs)[:top]
+    console.print(f"[bold]next character[/bold] (softmax of the logits / T, T = "
+                  f"{seen.temperature:g}; the {top} most likely):", highlight=False)
+    for i in order:
+        p = float(seen.probs[i])
+        console.print(f"  {label(tok.chars[i])!s:>2} {p:7.2%} {'█' * round(p * 40)}",
+                      highlight=False)
+
+
+def _attribution(console, tok, a) -> None:
+    flat = [(float(a.heads[layer, h]), layer, h) for layer in range(a.heads.shape[0])
+            for h in range(a.heads.shape[1])]
+    flat.sort(reverse=True)
+    pushes = ", ".join(f"L{layer}H{h} {v:+.2f}" for v, layer, h in flat[:3])
+    against = ", ".join(f"L{layer}H{h} {v:+.2f}" for v, layer, h in flat[-2:])
+    console.print(f"[bold]why {label(tok.chars[a.char])!r}?[/bold] its logit {a.logit:.2f} = "
+                  f"heads {a.heads.sum():+.2f} + MLPs {a.mlps.sum():+.2f} + embeddings "
+                  f"{a.embeddings:+.2f} + biases {a.attn_bias.sum() + a.ln_bias:+.2f}; "
+                  f"the heads pushing it most: {pushes}; most against: {against}",
+                  highlight=False)
+
+
+def _generation(console, tok, prompt: str, steps) -> None:
+    n0 = len(prompt)
+    console.print(f"[bold]generation[/bold], one character per step through the KV cache: each "
+                  f"step projects only the new character, and its query reads the n cached "
+                  f"keys (O(n·d)); n went from {n0} to {n0 + len(steps) - 1}", highlight=False)
+    text = prompt
+    for s in steps:
+        reads = []
+        for layer in range(s.weights.shape[0]):
+            for h in range(s.weights.shape[1]):
+                j = int(np.argmax(s.weights[layer, h]))
+                reads.append(f"L{layer}H{h}→{j}{label(text[j])} {s.weights[layer, h, j]:.0%}")
+        console.print(f"  {label(tok.chars[s.char])!s:>2} p={s.probs[s.char]:.2f} · read most: "
+                      + " ".join(reads[:4]) + (" …" if len(reads) > 4 else ""),
+                      highlight=False)
+        text += tok.chars[s.char]
+    console.print(f"  text: {text!r}", highlight=False)
+
+
+def _roles(console, roles, text) -> None:
+    from rich.table import Table
+
+    from qkv.tasks import gpt_watch as watch
+
+    L, H = roles.previous_token.shape
+    table = Table(title=f"head roles on {roles.n_sequences} random sequences of "
+                        f"{roles.half} characters, each repeated (Olsson et al. 2022)")
+    table.add_column("layer")
+    for h in range(H):
+        table.add_column(f"head {h}\nprev · induct", justify="right")
+    for layer in range(L):
+        table.add_row(str(layer), *(f"{roles.previous_token[layer, h]:.2f} · "
+                                    f"{roles.induction[layer, h]:.2f}" for h in range(H)))
+    console.print(table)
+    console.print(watch.roles_sentence(roles), highlight=False)
+    if text is None:
+        console.print("(the model reads other characters than the shipped Shakespeare, so its "
+                      "heads are not measured on that text)")
+        return
+    table = Table(title=f"on real text ({text.n_windows} windows of the validation text): "
+                        "mean weight on the previous character · on the last space")
+    table.add_column("layer")
+    for h in range(H):
+        table.add_column(f"head {h}\nprev · space", justify="right")
+    for layer in range(L):
+        table.add_row(str(layer), *(f"{text.previous_char[layer, h]:.2f} · "
+                                    f"{text.last_space[layer, h]:.2f}" for h in range(H)))
+    console.print(table)
