@@ -222,7 +222,7 @@ def _run_recall(args: argparse.Namespace) -> int:
             raise SystemExit(f"qkv train recall: --{flag.replace('_', '-')} must be ≥ 1, got "
                              f"{getattr(args, flag)}")
     # the checkpoint is written with safetensors: check it now, not after the training
-    require("qkv train recall", "rich", "safetensors")
+    require("qkv train recall", "rich", "safetensors", extra="train")
     from rich.console import Console
 
     from qkv.tasks import Run
@@ -283,7 +283,7 @@ def _run_recall(args: argparse.Namespace) -> int:
 def run_explain(args: argparse.Namespace) -> int:
     from qkv._install import require
 
-    require("qkv train explain", "rich", "safetensors")
+    require("qkv train explain", "rich", "safetensors", extra="train")
     import numpy as np
     from rich.console import Console
     from rich.table import Table
