@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import sys
 from functools import lru_cache
 from importlib import metadata
 from urllib.parse import unquote, urlparse
@@ -77,8 +78,10 @@ def install_hint(extra: str) -> str:
 
 
 def missing(*modules: str) -> list[str]:
-    """Those of ``modules`` this Python cannot import."""
-    return [m for m in modules if importlib.util.find_spec(m) is None]
+    """Those of ``modules`` this Python cannot import (``sys.modules[m] = None`` blocks one)."""
+    return [m for m in modules
+            if (sys.modules[m] is None if m in sys.modules
+                else importlib.util.find_spec(m) is None)]
 
 
 def missing_message(who: str, modules: list[str], extra: str | None = None) -> str:

@@ -15,7 +15,6 @@ for the same sentence share one computation (the second waits for the first's re
 
 from __future__ import annotations
 
-import importlib.util
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
@@ -53,7 +52,9 @@ class ModelInputError(InputError):
 
 def missing_pieces() -> list[str]:
     """What the model needs and this Python cannot import, in words."""
-    return [what for module, what in PIECES.items() if importlib.util.find_spec(module) is None]
+    from qkv._install import missing
+
+    return [what for module, what in PIECES.items() if missing(module)]
 
 
 def load_minilm():
