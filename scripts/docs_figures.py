@@ -7,8 +7,10 @@ the reader's choosing; here a temporary one). The figures it is compared with ar
 Markdown table after that command in the doc, so "the table under the command" is what is
 checked. Cells are compared as the doc prints them:
 
-- counts, accuracies, parameters and memory must be equal, character for character (they are
-  deterministic: the same command gives the same bits);
+- counts, accuracies and parameters must be equal, character for character (they are
+  deterministic: the same command gives the same bits); memory too, except that a peak may move
+  by one unit of its last printed digit (the order of qkv's tile threads' allocations moves it
+  by kilobytes);
 - timings (and slopes fitted on timings) are compared only with ``--timings``, within
   ``TIMING_TOLERANCE`` (as a ratio), and only mean something on a quiet machine.
 """
@@ -36,6 +38,7 @@ class Cell:
     column: str
     measured: str
     timing: bool = False
+    memory: bool = False  # "4.6 MiB": may differ by one unit of the last printed digit
 
 
 @dataclass
@@ -101,9 +104,22 @@ def compare(run: Run, out: Path, stdout: str, timings: bool) -> list[str]:
             elif abs(value / doc_value - 1) > TIMING_TOLERANCE:
                 problems.append(f"{where}: doc {printed}, measured {cell.measured} "
                                 f"(beyond ±{TIMING_TOLERANCE:.0%})")
+        elif cell.memory and _within_last_digit(printed, cell.measured):
+            continue
         elif printed != cell.measured:
             problems.append(f"{where}: doc {printed}, measured {cell.measured}")
     return problems
+
+
+def _within_last_digit(printed: str, measured: str) -> bool:
+    """"22.1 MiB" vs "22.2 MiB": equal but for one unit of the last printed digit (the order
+    in which qkv's tile threads allocate moves a peak by kilobytes, which may cross a rounding
+    boundary). Anything else — another unit, another figure — is a difference."""
+    a, b = (re.fullmatch(r"([\d.]+) MiB", t) for t in (printed, measured))
+    if not (a and b):
+        return False
+    decimals = len(a.group(1).partition(".")[2])
+    return abs(float(a.group(1)) - float(b.group(1))) <= 10 ** -decimals + 1e-9
 
 
 def _number(text: str) -> float | None:
@@ -194,8 +210,8 @@ def scaling_memory_cells(out: Path, stdout: str) -> list[Cell]:
         series = result["methods"][method]
         points = {p["n"]: p for p in series["points"]}
         slope = series["memory_slope"]
-        cells += [Cell(row, "peak memory n=8,192", _mib(points, 8192)),
-                  Cell(row, "n=65,536", _mib(points, 65536)),
+        cells += [Cell(row, "peak memory n=8,192", _mib(points, 8192), memory=True),
+                  Cell(row, "n=65,536", _mib(points, 65536), memory=True),
                   Cell(row, "memory slope", "—" if slope is None else f"{slope:.2f}")]
     return cells
 
