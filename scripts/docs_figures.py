@@ -29,6 +29,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 TIMING_TOLERANCE = 0.30  # a timing may differ from the doc by this fraction (2 shared cores)
+MEMORY_SLOPE_TOLERANCE = 0.05  # a slope fitted on peaks that move by tens of kilobytes
 
 
 @dataclass
@@ -38,7 +39,8 @@ class Cell:
     column: str
     measured: str
     timing: bool = False
-    memory: bool = False  # "4.6 MiB", a memory slope: may differ by one unit of the last digit
+    memory: bool = False  # "4.6 MiB": may differ by one unit of the last printed digit
+    abs_tol: float = 0.0  # a figure derived from such peaks (a slope): this far, stated
 
 
 @dataclass
@@ -106,14 +108,16 @@ def compare(run: Run, out: Path, stdout: str, timings: bool) -> list[str]:
                                 f"(beyond ±{TIMING_TOLERANCE:.0%})")
         elif cell.memory and _within_last_digit(printed, cell.measured):
             continue
+        elif cell.abs_tol and _number(printed) is not None and _number(cell.measured) is not None \
+                and abs(_number(printed) - _number(cell.measured)) <= cell.abs_tol + 1e-9:
+            continue
         elif printed != cell.measured:
             problems.append(f"{where}: doc {printed}, measured {cell.measured}")
     return problems
 
 
 def _within_last_digit(printed: str, measured: str) -> bool:
-    """"22.1 MiB" vs "22.2 MiB" (or slopes "0.62" vs "0.63"): equal but for one unit of the
-    last printed digit (the order
+    """"22.1 MiB" vs "22.2 MiB": equal but for one unit of the last printed digit (the order
     in which qkv's tile threads allocate moves a peak by kilobytes, which may cross a rounding
     boundary). Anything else — another unit, another figure — is a difference."""
     a, b = (re.fullmatch(r"([\d.]+)( MiB)?", t) for t in (printed, measured))
@@ -213,9 +217,9 @@ def scaling_memory_cells(out: Path, stdout: str) -> list[Cell]:
         slope = series["memory_slope"]
         cells += [Cell(row, "peak memory n=8,192", _mib(points, 8192), memory=True),
                   Cell(row, "n=65,536", _mib(points, 65536), memory=True),
-                  # fitted on those peaks, so it moves with them (by 0.01 at most, seen)
+                  # fitted on those peaks, so it moves with them (window: 0.62–0.66 seen)
                   Cell(row, "memory slope", "—" if slope is None else f"{slope:.2f}",
-                       memory=True)]
+                       abs_tol=MEMORY_SLOPE_TOLERANCE)]
     return cells
 
 
