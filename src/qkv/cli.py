@@ -48,13 +48,16 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.run(args) or 0)
-    except ModuleNotFoundError as exc:  # an optional extra is missing: say which
-        if (exc.name or "qkv").split(".")[0] == "qkv":
+    except ModuleNotFoundError as exc:  # an optional extra is missing: say which, in one line
+        top = (exc.name or "qkv").split(".")[0]
+        if top == "qkv":
             raise
-        from ._install import install_hint
+        from ._install import MissingExtra, missing_message
 
-        print(f"qkv {args.command}: needs the package '{exc.name}', which is not installed. "
-              f"Install the extras with: {install_hint('all')} (see README.md)", file=sys.stderr)
+        # A message that already says how to install (MissingExtra, qkv.distributed's) is kept.
+        said = isinstance(exc, MissingExtra) or "pip install" in str(exc)
+        message = str(exc) if said else missing_message(f"qkv {args.command}", [top])
+        print(message, file=sys.stderr)
         return 2
 
 

@@ -421,8 +421,14 @@ def run(args: argparse.Namespace) -> int:
     from qkv.engine import kernel_config
 
     cases = [c for c in CASES if not args.quick or c.name in QUICK]
-    if args.only:
+    if args.only is not None:
         cases = [c for c in cases if any(word in c.name for word in args.only)]
+        if not cases:  # nothing to time: say so before any work, never an empty table
+            pool = [c.name for c in CASES if not args.quick or c.name in QUICK]
+            print(f"qkv bench: --only {' '.join(args.only) or '(nothing)'} matches no case"
+                  f"{' of --quick' if args.quick else ''}; the cases are: {', '.join(pool)}",
+                  file=sys.stderr)
+            return 2
     repeats = 3 if args.quick else max(args.repeats, 5)
     with kernel_config(backend=args.backend) as config:
         backend = config.resolved_backend()

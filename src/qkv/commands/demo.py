@@ -44,11 +44,11 @@ def _check(ok: bool) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rich.console import Console
-    from rich.panel import Panel
-    from rich.table import Table
-
     import qkv
+    from qkv.render.plain import console_kit
+
+    # rich (the [cli] extra) when installed; plain text otherwise: the demo needs NumPy only
+    Console, Table, Panel = console_kit()
 
     console = Console()
     trace = qkv.explain(QUERY, KEYS, VALUES)

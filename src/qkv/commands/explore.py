@@ -30,6 +30,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from qkv._install import require
+
+    require("qkv explore", "fastapi", "uvicorn", "pydantic")
     from qkv.explore.server import serve
 
     if not 0 <= args.port <= 65535:

@@ -26,6 +26,30 @@ from __future__ import annotations
 
 import argparse
 import pathlib
+import textwrap
+
+
+def _description(task: str) -> str:
+    """The module docstring's paragraph for ``task`` and its examples: ``qkv train TASK --help``
+    shows that task, not the overview of all four."""
+    lines = __doc__.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"  qkv train {task} "))
+    end = start + 1
+    while end < len(lines) and lines[end].startswith(" " * 6):
+        end += 1
+    examples = [line for line in lines if line.startswith(f"  qkv train {task} -")
+                or (task == "explain" and line.startswith("  qkv train explain --"))]
+    first = lines[start].split(task, 1)[1].strip()
+    body = " ".join([first, *(line.strip() for line in lines[start + 1:end])])
+    return (textwrap.fill(body[0].upper() + body[1:], width=88) + "\n\nExamples:\n"
+            + "\n".join(examples))
+
+
+def _task_help(task: str) -> dict:
+    """``add_parser`` keywords giving ``task`` its own description."""
+    return {"description": _description(task),
+            "formatter_class": argparse.RawDescriptionHelpFormatter}
+
 
 HELP = ("train attention in NumPy: associative recall, the seeds' seq2seq and far-back "
         "experiments, a character-level GPT; explain a checkpoint")
@@ -39,7 +63,7 @@ CONFIG_FLAGS = {"keys": "n_keys", "values": "n_values", "pairs": "n_pairs",
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="train_command", metavar="TASK", required=True)
     rec = sub.add_parser("recall", help="train on associative recall",
-                         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+                         **_task_help("recall"))
     rec.add_argument("--steps", type=int, default=1000,
                      help="total training steps (counting steps already in a resumed checkpoint;"
                           " default 1000)")
@@ -68,7 +92,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     rec.set_defaults(train_run=run_recall)
 
     exp = sub.add_parser("explain", help="show a checkpoint's learned lookup",
-                         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+                         **_task_help("explain"))
     exp.add_argument("--checkpoint", default="recall.safetensors", help="checkpoint to explain")
     exp.add_argument("--index", type=int, default=0,
                      help="which held-out example to show (≥ 0; example i is drawn from its own "
@@ -103,7 +127,7 @@ def _add_outputs(p, what: str) -> None:
 
 def _add_seq2seq(sub) -> None:
     p = sub.add_parser("seq2seq", help="fixed context vector vs attention, accuracy vs length",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+                       **_task_help("seq2seq"))
     _add_outputs(p, "accuracy vs input length")
     p.add_argument("--min-len", type=int, default=None, help="shortest input (default 4)")
     p.add_argument("--max-len", type=int, default=None, help="longest input (default 40)")
@@ -119,7 +143,7 @@ def _add_seq2seq(sub) -> None:
 def _add_farback(sub) -> None:
     p = sub.add_parser("farback", help="a far-back event among recent distractors: "
                        "attention vs recency vs GRU",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+                       **_task_help("farback"))
     _add_outputs(p, "accuracy vs lag")
     p.add_argument("--window", type=int, default=None, help="window length (default 256)")
     p.add_argument("--held-out", type=int, default=None,
@@ -200,6 +224,14 @@ def run_recall(args: argparse.Namespace) -> int:
 def _run_recall(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from qkv._install import require
+
+    for flag in ("steps", "eval_every", "held_out"):
+        if getattr(args, flag) < 1:
+            raise SystemExit(f"qkv train recall: --{flag.replace('_', '-')} must be ≥ 1, got "
+                             f"{getattr(args, flag)}")
+    # the checkpoint is written with safetensors: check it now, not after the training
+    require("qkv train recall", "rich", "safetensors", extra="train")
     from rich.console import Console
 
     from qkv.tasks import Run
@@ -258,6 +290,9 @@ def _run_recall(args: argparse.Namespace) -> int:
 
 
 def run_explain(args: argparse.Namespace) -> int:
+    from qkv._install import require
+
+    require("qkv train explain", "rich", "safetensors", extra="train")
     import numpy as np
     from rich.console import Console
     from rich.table import Table
@@ -410,7 +445,7 @@ def _experiment_config(args, name: str, cls, quick: dict, flags: dict):
     given = dict(quick) if args.quick else {}
     given.update({k: v for k, v in {"seed": args.seed, "steps": args.steps, "batch": args.batch,
                                     "lr": args.lr, **flags}.items() if v is not None})
-    _check_heatmap(args, name)
+    _check_outputs(args, name)
     return _config(cls, name, given)
 
 
@@ -470,16 +505,17 @@ def _save_models(console, args, result, models, name: str) -> None:
         console.print(f"checkpoint: {path}")
 
 
-def _check_heatmap(args, name: str) -> None:
+def _check_outputs(args, name: str) -> None:
     if args.heatmap and not args.heatmap.lower().endswith((".svg", ".html", ".htm")):
         raise SystemExit(f"qkv train {name}: --heatmap must end in .svg or .html, got "
                          f"{args.heatmap!r}")
-    if args.plot or getattr(args, "weights_plot", None):
-        import importlib.util
+    from qkv._install import require
 
-        if importlib.util.find_spec("matplotlib") is None:
-            raise SystemExit(f"qkv train {name}: --plot needs matplotlib, which is not "
-                             "installed: pip install -e '.[plot]' in your qkv clone")
+    require(f"qkv train {name}", "rich")
+    if getattr(args, "save_dir", None):  # checkpoints are written with safetensors
+        require(f"qkv train {name} --save-dir", "safetensors")
+    if args.plot or getattr(args, "weights_plot", None):
+        require(f"qkv train {name} --plot", "matplotlib")
 
 
 def run_seq2seq(args: argparse.Namespace) -> int:

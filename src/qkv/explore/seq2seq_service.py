@@ -1,8 +1,9 @@
 """The encoder–decoder view: the shipped seq2seq checkpoints of :mod:`qkv.tasks.seq2seq`
 (reversing a sequence of symbols), the attention model against the fixed-context-vector model.
 
-Imported lazily: an install without ``qkv.tasks.seq2seq`` (or its checkpoints) answers every
-request 503 with a message saying so, and the rest of the explorer keeps working.
+Imported lazily: an install without ``qkv.tasks.seq2seq``, its checkpoints or safetensors (which
+reads them; the ``[train]`` extra) answers every request 503 with a message saying so and the
+command that installs what is missing, and the rest of the explorer keeps working.
 """
 
 from __future__ import annotations
@@ -27,6 +28,11 @@ def load(kind: str):
     """``qkv.tasks.seq2seq.load_pretrained(kind)``, loaded once; Seq2SeqUnavailable if absent."""
     with _lock:
         if kind not in _models:
+            from qkv._install import missing, missing_message
+
+            if missing("safetensors"):  # checked first: its ImportError would be a 500
+                raise Seq2SeqUnavailable(missing_message(
+                    "the encoder–decoder view (its shipped checkpoints)", ["safetensors"]))
             try:
                 from qkv.tasks import seq2seq
             except ImportError as exc:

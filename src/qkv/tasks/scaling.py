@@ -89,9 +89,13 @@ def make_inputs(n: int, d: int, dtype, rng):
 
 def measure(fn: Callable[[], object], repeats: int, memory: bool = True
             ) -> tuple[float, int | None]:
-    """(best seconds over ``repeats`` calls — one if a call takes over 1 s, peak bytes — or
-    None when ``memory`` is False: tracing allocations costs another call)."""
-    best = math.inf
+    """(best seconds over ``repeats`` calls — one if a call takes over 1 s —, peak bytes, or
+    None when ``memory`` is False: tracing allocations costs another call). ``repeats=0``:
+    memory only (seconds NaN) — the peak is the same however loaded the machine, the time is
+    not."""
+    best = math.inf if repeats else math.nan
+    if not repeats:  # the first call compiles and imports: its peak is not the method's
+        fn()
     collecting = gc.isenabled()
     if not memory:  # a quick look (the explorer): no full collection per call, none during one
         gc.disable()
@@ -152,20 +156,22 @@ def run(ns: list[int], d: int, dtype, methods, *, max_seconds: float, naive_max_
             if method == "naive" and n * n * np.dtype(dtype).itemsize > naive_max_bytes:
                 stopped = f"n × n matrix of {n} would exceed {naive_max_bytes} bytes"
                 break
-            if len(points) >= 2:  # extrapolate the next call from the last two points
+            if repeats and len(points) >= 2:  # extrapolate the next call from the last two
                 (n1, t1), (n2, t2) = ((p["n"], p["seconds"]) for p in points[-2:])
                 growth = math.log(max(t2, 1e-9) / max(t1, 1e-9)) / math.log(n2 / n1)
                 if t2 * (n / n2) ** max(growth, 1.0) > max_seconds:
                     stopped = f"the call at n={n} would take over {max_seconds} s"
                     break
             seconds, peak = measure(call(method, make_inputs(n, d, dtype, rng)), repeats)
-            points.append({"n": n, "seconds": seconds, "peak_bytes": peak})
+            points.append({"n": n, "seconds": None if math.isnan(seconds) else seconds,
+                           "peak_bytes": peak})
             if on_point:
                 on_point(method, points[-1])
         fit = [p for p in points if p["n"] >= fit_from]
         out["methods"][method] = {
             "points": points, "stopped": stopped,
-            "time_slope": slope([p["n"] for p in fit], [p["seconds"] for p in fit]),
+            "time_slope": slope([p["n"] for p in fit], [p["seconds"] for p in fit])
+            if repeats else None,
             "memory_slope": slope([p["n"] for p in fit], [p["peak_bytes"] for p in fit]),
         }
     return out
@@ -198,6 +204,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="fit slopes on n ≥ this (2048)")
     p.add_argument("--repeats", type=_positive, default=3, help="calls per point, best kept")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--memory-only", action="store_true",
+                   help="peak memory only: one call per point, no timing, no time limit (the "
+                        "memory figures are exact, so they need no quiet machine)")
     p.add_argument("--quick", action="store_true",
                    help="n = 256 … 2048, one call per point (for tests)")
     p.add_argument("--json", metavar="PATH", help="write the measurements as JSON")
@@ -212,6 +221,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         args.max_n, args.repeats, args.fit_from = min(args.max_n, 2048), 1, min(args.fit_from,
                                                                                   512)
+    if args.memory_only:
+        if args.plot:
+            parser.error("--plot draws time and memory; leave it out with --memory-only")
+        args.repeats = 0
     if args.min_n > args.max_n:
         parser.error(f"--min-n ({args.min_n}) must be ≤ --max-n ({args.max_n})")
     if not args.max_seconds > 0:
@@ -222,11 +235,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--methods: unknown {unknown or 'empty list'}; choose from "
                      f"{', '.join(METHODS)}")
     if args.plot:
-        import importlib.util
+        from .._install import missing, missing_message
 
-        if importlib.util.find_spec("matplotlib") is None:
-            parser.error("--plot needs matplotlib, which is not installed: "
-                         "pip install -e '.[plot]' in your qkv clone")
+        if missing("matplotlib"):
+            parser.error(missing_message("--plot", ["matplotlib"]))
     ns = []
     n = args.min_n
     while n <= args.max_n:
@@ -234,7 +246,8 @@ def main(argv: list[str] | None = None) -> int:
         n *= 2
 
     def on_point(method, p):
-        print(f"{method:>11}  n={p['n']:>6}  {p['seconds'] * 1e3:10.2f} ms  "
+        time = "—" if p["seconds"] is None else f"{p['seconds'] * 1e3:.2f} ms"
+        print(f"{method:>11}  n={p['n']:>6}  {time:>13}  "
               f"peak {p['peak_bytes'] / 2**20:9.2f} MiB", flush=True)
 
     result = run(ns, args.d, np.dtype(args.dtype), methods, max_seconds=args.max_seconds,
