@@ -50,7 +50,8 @@ class Run:
     command: str  # as the doc prints it (continuation lines joined)
     minutes: float  # about, on 2 quiet cores
     cells: Callable[[Path, str], list[Cell]]  # (out folder, stdout) → the measured cells
-    artefacts: dict[str, str] = field(default_factory=dict)  # out/NAME → repository path
+    # out/NAME → repository path (or paths: the cost view ships a copy of docs' scaling.json)
+    artefacts: dict[str, str | tuple[str, ...]] = field(default_factory=dict)
     timings_only: bool = False  # every figure of the run is a timing
 
     def argv(self) -> list[str]:
@@ -153,7 +154,8 @@ def seq2seq_cells(out: Path, stdout: str) -> list[Cell]:
 
 
 FARBACK = ("qkv train farback --seed 0 --json out/farback.json --plot out/farback.png "
-           "--weights-plot out/farback-weights.png --heatmap out/farback-weights.html")
+           "--weights-plot out/farback-weights.png --heatmap out/farback-weights.html "
+           "--save-dir out")
 FARBACK_ROWS = {"attention": "attention", "recency": "recency (learned decay)", "gru": "GRU"}
 
 
@@ -247,14 +249,17 @@ RUNS = [
     Run("farback", "docs/seeds.md", FARBACK, 1.0, farback_cells,
         {"farback.json": "docs/figures/farback.json", "farback.png": "docs/figures/farback.png",
          "farback-weights.png": "docs/figures/farback-weights.png",
-         "farback-weights.html": "docs/figures/farback-weights.html"}),
+         "farback-weights.html": "docs/figures/farback-weights.html",
+         **{f"farback-{kind}.safetensors": f"src/qkv/tasks/data/farback-{kind}.safetensors"
+            for kind in ("attention", "recency", "gru")}}),
     Run("seq2seq", "docs/seeds.md", SEQ2SEQ, 4.5, seq2seq_cells,
         {"seq2seq.json": "docs/figures/seq2seq.json", "seq2seq.png": "docs/figures/seq2seq.png",
          "seq2seq-alignment.svg": "docs/figures/seq2seq-alignment.svg",
          "seq2seq-fixed.safetensors": "src/qkv/tasks/data/seq2seq-fixed.safetensors",
          "seq2seq-attention.safetensors": "src/qkv/tasks/data/seq2seq-attention.safetensors"}),
     Run("scaling", "docs/seeds.md", SCALING, 1.5, scaling_time_cells,
-        {"scaling.json": "docs/figures/scaling.json", "scaling.png": "docs/figures/scaling.png"},
+        {"scaling.json": ("docs/figures/scaling.json", "src/qkv/tasks/data/scaling.json"),
+         "scaling.png": "docs/figures/scaling.png"},
         timings_only=True),
 ]
 

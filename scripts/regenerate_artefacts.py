@@ -1,5 +1,6 @@
-"""Maintainers: regenerate the artefacts the repository ships — the seq2seq checkpoints in
-src/qkv/tasks/data/ and the figures in docs/figures/ — with the docs' own commands.
+"""Maintainers: regenerate the artefacts the repository ships — the seq2seq and far-back
+checkpoints and the scaling results in src/qkv/tasks/data/, and the figures in docs/figures/ —
+with the docs' own commands.
 
     python scripts/regenerate_artefacts.py seq2seq farback    # then update the docs' tables
     python scripts/regenerate_artefacts.py --all              # scaling too (a quiet machine)
@@ -37,9 +38,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{run.name}: {run.command}", flush=True)
             out, stdout = execute(run, Path(tmp))
             print(stdout)
-            for name, target in run.artefacts.items():
-                shutil.copyfile(out / name, ROOT / target)
-                print(f"  {target}")
+            for name, targets in run.artefacts.items():
+                for target in (targets,) if isinstance(targets, str) else targets:
+                    shutil.copyfile(out / name, ROOT / target)
+                    print(f"  {target}")
     return 0
 
 
