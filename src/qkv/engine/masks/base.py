@@ -243,13 +243,25 @@ def batch_broadcast(lead: tuple[int, ...], batch: tuple[int, ...], what: str) ->
         )
 
 
+def check_lengths(arr: np.ndarray, n: int, what: str) -> None:
+    """Per-sequence lengths must fit the array they describe: a length past it would place
+    positions beyond the sequence (and a window bound past 2**30 would read as unbounded)."""
+    if arr.size and int(arr.max()) > n:
+        raise ValueError(f"mask: {what} holds {int(arr.max())} but there are only {n} "
+                         f"{'keys' if 'key' in what else 'queries'}: lengths must be ≤ {n}")
+
+
 def span(idx: np.ndarray) -> tuple[int, int]:
-    """(min, max) of a non-empty index array; tiles are mostly sorted, so look at the ends first."""
-    lo, hi = int(idx[0]), int(idx[-1])
-    if hi - lo + 1 == len(idx):  # contiguous run: the common case
-        return lo, hi
+    """(min, max) of a non-empty index array (tiles are mostly ranges: their ends answer)."""
+    if is_range(idx):  # contiguous and increasing: the common case
+        return int(idx[0]), int(idx[-1])
     return int(idx.min()), int(idx.max())
 
 
 def is_range(idx: np.ndarray) -> bool:
-    return len(idx) > 0 and int(idx[-1]) - int(idx[0]) + 1 == len(idx)
+    """Whether ``idx`` is ``arange(idx[0], idx[0] + len(idx))``. The ends alone do not say it:
+    rows=[0, 4, 2] has ends 2 apart like a range of 3, so the steps are checked too."""
+    n = len(idx)
+    if n == 0 or int(idx[-1]) - int(idx[0]) + 1 != n:
+        return False
+    return n < 3 or bool((np.diff(idx) == 1).all())

@@ -14,6 +14,7 @@ from .base import (
     Layout,
     Mask,
     batch_broadcast,
+    check_lengths,
     int_array,
     kind_of,
     span,
@@ -36,10 +37,12 @@ class Padding(Mask):
     def bind(self, layout: Layout) -> BoundMask:
         batch = layout.batch_shape
         batch_broadcast(self.key_lengths.shape, batch, "padding key_lengths")
+        check_lengths(self.key_lengths, layout.nk, "padding key_lengths")
         klen = np.broadcast_to(self.key_lengths, batch).reshape(-1)  # (B,)
         qlen = None
         if self.query_lengths is not None:
             batch_broadcast(self.query_lengths.shape, batch, "padding query_lengths")
+            check_lengths(self.query_lengths, layout.nq, "padding query_lengths")
             qlen = np.broadcast_to(self.query_lengths, batch).reshape(-1)
         return _BoundPadding(layout, klen, qlen)
 
@@ -111,8 +114,9 @@ class Documents(Mask):
                     f"{'queries' if name == 'q_ids' else 'keys'}: its last dim must be {n}"
                 )
             batch_broadcast(arr.shape[:-1], layout.batch_shape, f"documents {name}")
-        qid = np.broadcast_to(self.q_ids, (*layout.batch_shape, layout.nq)).reshape(-1, layout.nq)
-        kid = np.broadcast_to(k_ids, (*layout.batch_shape, layout.nk)).reshape(-1, layout.nk)
+        nb = layout.batch_size  # explicit: reshape(-1, 0) cannot infer it for empty sequences
+        qid = np.broadcast_to(self.q_ids, (*layout.batch_shape, layout.nq)).reshape(nb, layout.nq)
+        kid = np.broadcast_to(k_ids, (*layout.batch_shape, layout.nk)).reshape(nb, layout.nk)
         return _BoundDocuments(layout, qid, kid)
 
     def __repr__(self):
