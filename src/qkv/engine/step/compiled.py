@@ -71,13 +71,17 @@ def _maxnum(typingctx, a, b):
 
 @njit(inline="always", fastmath=FLAGS)
 def _exp2(x):
-    """2^x for x ≤ 0 in float32; exactly 0 below 2^-126 (and for x = −inf)."""
+    """2^x for x ≤ 0 in float32; exactly 0 below 2^-126 (and for x = −inf); NaN for NaN — a
+    NaN score in an allowed slot (check_finite=False) makes its row NaN, as in the NumPy step,
+    rather than a weight of 0 that would drop the key silently."""
     xc = _maxnum(x, FLOOR)
     n = np.floor(xc + HALF)  # np.floor stays a float (math.floor's int would not vectorise)
     f = xc - n
     p = ONE + f * (C1 + f * (C2 + f * (C3 + f * (C4 + f * (C5 + f * C6)))))
     scale = _float32_from_bits(np.int32((np.int32(n) + 127) << 23))
-    return p * scale if x >= FLOOR else ZERO
+    if x >= FLOOR:
+        return p * scale
+    return ZERO if x < FLOOR else x
 
 
 @njit(nogil=True, fastmath=FLAGS, cache=True)
