@@ -189,7 +189,10 @@ def apply_score_mod(p: Problem, scores: np.ndarray, b, h, q_idx, k_idx,
         raise ValueError(
             f"score_mod must return float scores of the shape it was given {scores.shape}, got "
             f"{modified.dtype} {modified.shape}")
-    if np.isnan(modified).any() or (modified == np.inf).any():
+    bad = np.isnan(modified) | (modified == np.inf)
+    if bad.any() and (bad & ~np.isnan(scores) & (scores != np.inf)).any():
+        # (a NaN it was given — the caller's, in a masked slot, with check_finite=False — may
+        # come back NaN: the mask keeps it out; a NaN it made is the modifier's mistake)
         raise ValueError("score_mod returned NaN or +inf; return finite scores (−inf to exclude "
                          "a pair, though a mask lets the kernel skip whole tiles)")
     return np.ascontiguousarray(modified, dtype=dtype or p.compute)
@@ -337,7 +340,7 @@ def _forward_tiled(p, cfg, step, out, lse) -> None:
 def _finish(m: np.ndarray, row_sum: np.ndarray, acc: np.ndarray | None) -> np.ndarray:
     """out = acc / ℓ in place and lse = m + log ℓ; rows with ℓ = 0 had no key: 0 and −inf.
     ``m`` and ``row_sum`` have one entry per query, ``acc`` one row per query."""
-    has_keys = row_sum > 0
+    has_keys = row_sum != 0  # NaN (the caller's NaN score, check_finite=False) stays NaN
     lse = np.full_like(m, -np.inf)
     np.add(m, np.log(row_sum, where=has_keys, out=np.zeros_like(row_sum)), out=lse,
            where=has_keys)
@@ -470,7 +473,7 @@ def weights(p: Problem) -> np.ndarray:
     # exp(s − lse) sums to 1 up to the exponential's rounding (≈ |s − lse|·eps): divide by the
     # actual sum so that every row sums to 1 to the dtype's precision.
     total = flat.sum(axis=-1, dtype=c, keepdims=True)
-    np.divide(flat, total, out=flat, where=total > 0)
+    np.divide(flat, total, out=flat, where=total != 0)
     # Weights below the result dtype's normal range (float16's, say) flush to 0 as well.
     np.copyto(result, 0, where=result < np.finfo(p.dtype).tiny)
     return result
@@ -504,11 +507,12 @@ def backward(p: Problem, out: np.ndarray, lse: np.ndarray, dout: np.ndarray,
     the gradient of an additive bias — tile by tile (empty tiles leave their zeros).
 
     The weights recomputed from ``lse`` must sum to 1 in every row: each pass also sums P and
-    dS per row. A row far off (past any rounding of these scores) means the lse does not belong
-    to these q, k, mask and bias: refused. A row off by more than rounding but within what the
-    scores' own rounding allows (huge scores, whose forward used other tiles, so other GEMM
-    roundings) is corrected — lse += log ΣP, Δ recomputed from these very P — and the pass run
-    again, so that every tile configuration gives the gradient of its own scores.
+    dS per row. A row far off (past any rounding of these scores and this lse) means the lse
+    does not belong to these q, k, mask and bias: refused. A row off by more than the sum's own
+    rounding but within that bound (huge scores: the forward's tiles rounded them otherwise, or
+    the lse itself cannot hold them to better than eps·|lse|) is normalised — P' = P / ΣP, by
+    running the pass again with dO / ΣP and Δ' / ΣP, Δ' from these very P — so that every tile
+    configuration gives the gradient of its own scores.
     """
     c = p.compute
     dq_shape = (p.batch_size, p.hq, p.nq, p.dk)
@@ -526,51 +530,53 @@ def backward(p: Problem, out: np.ndarray, lse: np.ndarray, dout: np.ndarray,
     lse_f = lse.reshape(p.batch_size, p.hq, p.nq).astype(c)
     path = "small" if p.nq * p.nk <= cfg.small else "tiled"
 
-    def run(lse_used, delta_used):
+    def run(delta_used, dout_used):
         sums = np.zeros((2, p.batch_size, p.hq, p.nq), dtype=c)  # Σ_j P, Σ_j dS per row
         if dbias is not None:
             dbias[...] = 0
         if path == "small":
-            grads = _backward_small(p, cfg, step, delta_used, lse_used, dout_f, dbias, sums)
+            grads = _backward_small(p, cfg, step, delta_used, lse_f, dout_used, dbias, sums)
         else:
-            grads = _backward_tiled(p, cfg, step, delta_used, lse_used, dout_f, deterministic,
+            grads = _backward_tiled(p, cfg, step, delta_used, lse_f, dout_used, deterministic,
                                     dbias, sums)
         return grads, sums
 
-    grads, (psum, dsum) = run(lse_f, delta)
-    fix = _lse_fix(p, lse_f, psum)
-    if fix is not None:
-        # These P, normalised: P' = P / ΣP, and Δ' = Σ_j P'_ij dP_ij = (Σ dS + Δ ΣP) / ΣP.
-        has = fix != 0
-        pdp = dsum + delta * psum
-        delta = np.where(has, np.divide(pdp, psum, out=np.zeros_like(pdp), where=has), delta)
-        if dlse is not None:
-            delta = np.where(has, delta - dlse.reshape(delta.shape).astype(c), delta)
-        grads, _ = run(lse_f + fix, delta)
+    grads, (psum, dsum) = run(delta, dout_f)
+    off = _rows_off(p, lse_f, psum)  # (B, Hq, Nq) bool, or None
+    if off is not None:
+        # P' = P / r (r = ΣP): dS' = P'(dP − Δ') = P (dP / r − Δ' / r) and dV = Pᵀ (dO / r),
+        # with Δ' = Σ_j P'_ij dP_ij − dlse_i = (Σ dS + (Δ − dlse) ΣP) / r − dlse.
+        r = np.where(off, psum, 1)
+        dlse_f = 0 if dlse is None else dlse.reshape(delta.shape).astype(c)
+        fixed = (dsum + delta * psum) / r - dlse_f
+        delta = np.where(off, fixed / r, delta)
+        grads, _ = run(delta, dout_f.astype(c) / r[..., None])
         if cfg.stats is not None:
-            cfg.stats.add_path("backward lse corrected")
+            cfg.stats.add_path("backward renormalised")
     if cfg.stats is not None:
         cfg.stats.add_path(f"{path} backward {backend}")
     return grads
 
 
-def _lse_fix(p: Problem, lse: np.ndarray, psum: np.ndarray) -> np.ndarray | None:
-    """log ΣP per row where the recomputed weights sum off 1 by more than rounding (else None);
-    a ValueError where they are off by more than these scores' own rounding could make them.
+def _rows_off(p: Problem, lse: np.ndarray, psum: np.ndarray) -> np.ndarray | None:
+    """The rows whose recomputed weights sum off 1 by more than the sum's own rounding
+    (``(B, Hq, Nq)`` bool), or None if there are none; a ValueError where they are off by more
+    than any rounding of these scores and this lse could make them.
 
-    Bounds (log space, eps of the compute dtype): the lse itself is rounded to eps·|lse|, and
-    the Nk exponentials add ~eps·log Nk; scores |s| ≤ s_bound are rounded to (Dk + 8)·eps·s_bound
-    by a GEMM of another shape (the forward's tiles may differ from these).
+    Bounds (log space, eps of the compute dtype): a sum of Nk exponentials is rounded to
+    ~(Nk + 8)·eps; the lse itself to eps·|lse|; scores |s| ≤ s_bound to (Dk + 8)·eps·s_bound by
+    a GEMM of another shape (the forward's tiles may differ from these).
     """
     eps = float(np.finfo(p.compute).eps)
     finite = np.isfinite(lse)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         log_sum = np.where(finite, np.log(psum), 0.0)  # psum 0 → −inf, ∞ → ∞: far off
     dev = np.abs(log_sum)
-    rounding = 16 * eps * (1 + np.abs(np.where(finite, lse, 0)) + np.log(p.nk + 1))
-    if not (dev > rounding).any():  # also False for NaN (the caller's NaN, check_finite=False)
+    off = dev > 4 * (p.nk + 8) * eps  # False for NaN (the caller's NaN, check_finite=False)
+    if not off.any():
         return None
-    bound = rounding + (p.dk + 8) * eps * (1 + _score_bound(p))
+    bound = 16 * eps * (1 + np.abs(np.where(finite, lse, 0)) + np.log(p.nk + 1)) + \
+        (p.dk + 8) * eps * (1 + _score_bound(p))
     far = dev > bound
     if far.any():
         at = tuple(int(i) for i in np.argwhere(far)[0])
@@ -581,7 +587,7 @@ def _lse_fix(p: Problem, lse: np.ndarray, psum: np.ndarray) -> np.ndarray | None
             f"— off by a factor e^{float(log_sum[at]):.3g}, past the {bound[at]:.3g} rounding "
             "could make; pass the lse that attention(..., return_lse=True) returned for the "
             "same q, k, mask, bias, scale and softcap")
-    return np.where(finite & (psum > 0), np.nan_to_num(log_sum), 0.0).astype(p.compute)
+    return off
 
 
 def _score_bound(p: Problem) -> float:
