@@ -541,7 +541,8 @@ def tolerances(pr: Problem, f):
     if pr.softcap is not None:  # |capped scores| ≤ softcap: the bound the weights see
         qf = np.full((1, 1), np.sqrt(pr.softcap / abs(scale)) if scale else 0.0)
         kf = qf
-    atol_out = output_atol(qf, kf, vf, scale, bias)
+    # dropout scales the kept weights by 1/(1 − rate): the output's rounding grows with it
+    atol_out = output_atol(qf, kf, vf, scale, bias) * max(_max(f["kept"]), 1.0)
     atol_lse = lse_atol(qf, kf, np.dtype(dtype), scale, bias)
     compute = np.dtype(np.float32) if dtype == np.float16 else np.dtype(dtype)
     # the step flushes weights below the compute dtype's normal range; results round to dtype
@@ -626,12 +627,12 @@ def backward_case(pr: Problem, lse_shift: float, with_dlse: bool, dbias: bool,
         dlse = rng.standard_normal(lse.shape) if with_dlse else None
         grads = qkv.attention_backward(pr.q, pr.k, pr.v, out, lse + lse_shift, dout, dlse=dlse,
                                        return_dbias=dbias, **kw)
-        return grads, dout, dlse, lse
+        return grads, dout, dlse
 
     def judge(result):
-        grads, dout, dlse, lse = result
-        if lse_shift and np.isfinite(lse).any():  # (rows with no key keep lse = −inf)
-            return "silent wrong", f"an lse shifted by {lse_shift} was not refused"
+        grads, dout, dlse = result
+        # A shifted lse that was not refused must still give the gradients (the backward
+        # renormalises its weights, or the shift is below the lse's own rounding: 1e59 + 3).
         f = pr.formula()
         two_d = np.ndim(pr.q) == 2
         do = dout if not two_d else dout[None]
@@ -776,9 +777,9 @@ def invalid_cases(draw) -> Case:
             q[None, None], q[None, None], q[None, None],
             mask=qkv.window(2**30, key_lengths=[2**30 + 2])),
             ("key_lengths",)),
-        17: ("padding(key_lengths past Nk)", lambda: qkv.attention(
-            q[None, None], q[None, None], q[None, None], mask=qkv.padding([4])),
-            ("key_lengths",)),
+        17: ("causal(query_lengths past Nq)", lambda: qkv.attention(
+            q[None, None], q[None, None], q[None, None], mask=qkv.causal(query_lengths=[4])),
+            ("query_lengths",)),
         18: ("window(before=-1)", lambda: qkv.window(-1), ("before",)),
         19: ("MultiHeadAttention.forward(1-D x)", lambda: qkv.nn.MultiHeadAttention(4, 2)
              .forward(np.zeros(4)), ("x",)),

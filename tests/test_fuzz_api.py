@@ -11,7 +11,7 @@ import pytest
 import qkv
 from fuzz_api import FAILING, run, table
 from helpers import BACKEND_PARAMS, grad_atols, output_atol
-from qkv.engine import TileStats, kernel_config
+from qkv.engine import kernel_config
 from qkv.engine.masks import Layout
 
 
@@ -57,11 +57,14 @@ def test_a_nan_in_a_masked_slot_keeps_the_overflow_guard():
 
 # -- 3. lengths past the arrays are refused; bounds never wrap ---------------------------------
 def test_lengths_past_the_arrays_are_refused():
+    """Lengths that place positions (the position masks' and alibi's alignment) must fit the
+    arrays; padding's lengths only deny keys, and one past the array denies none."""
     x = np.ones((1, 1, 4, 2))
     for mask in (qkv.window(2**30, key_lengths=[2**30 + 2]), qkv.causal(key_lengths=[5]),
-                 qkv.prefix(1, query_lengths=[5]), qkv.padding([5]), qkv.padding([4], [5])):
+                 qkv.prefix(1, query_lengths=[5]), qkv.alibi(key_lengths=[5])):
         with pytest.raises(ValueError, match="lengths must be ≤"):
-            qkv.attention(x, x, x, mask=mask)
+            qkv.attention(x, x, x, **{"bias" if isinstance(mask, qkv.engine.bias.Bias)
+                                      else "mask": mask})
     w = qkv.attention_weights(x, x, mask=qkv.window(2**30, key_lengths=[4]))
     np.testing.assert_allclose(w[0, 0, 3], [0.25] * 4)
 

@@ -14,7 +14,6 @@ from .base import (
     Layout,
     Mask,
     batch_broadcast,
-    check_lengths,
     int_array,
     kind_of,
     span,
@@ -37,12 +36,10 @@ class Padding(Mask):
     def bind(self, layout: Layout) -> BoundMask:
         batch = layout.batch_shape
         batch_broadcast(self.key_lengths.shape, batch, "padding key_lengths")
-        check_lengths(self.key_lengths, layout.nk, "padding key_lengths")
         klen = np.broadcast_to(self.key_lengths, batch).reshape(-1)  # (B,)
         qlen = None
         if self.query_lengths is not None:
             batch_broadcast(self.query_lengths.shape, batch, "padding query_lengths")
-            check_lengths(self.query_lengths, layout.nq, "padding query_lengths")
             qlen = np.broadcast_to(self.query_lengths, batch).reshape(-1)
         return _BoundPadding(layout, klen, qlen)
 
