@@ -132,12 +132,15 @@ def attention_weights(q, k, mask=None, bias=None, scale=None, *, rows=None, chec
     """
     p = prepare(q, k, None, mask, bias, scale, check_finite=check_finite, softcap=softcap,
                 score_mod=score_mod)
+    at = None
     if rows is not None:
-        p = p.rows(query_rows(rows, p.nq))
-    n_bytes = math.prod(p.batch_shape) * p.hq * p.nq * p.nk * p.dtype.itemsize
-    check_size(n_bytes, max_bytes, f"the weights ({p.nq} rows × {p.nk} keys per head)",
+        p, at = p.rows(query_rows(rows, p.nq))
+    n_rows = p.nq if at is None else len(at)
+    n_bytes = math.prod(p.batch_shape) * p.hq * n_rows * p.nk * p.dtype.itemsize
+    check_size(n_bytes, max_bytes, f"the weights ({n_rows} rows × {p.nk} keys per head)",
                "ask for a few rows with rows=[...] or rows=slice(...)")
-    return p.present(kernel.weights(p))
+    w = kernel.weights(p)  # (*batch, Hq, R, Nk), rows sorted
+    return p.present(w if at is None else w[..., at, :])
 
 
 def attention_backward(q, k, v, out, lse, dout, mask=None, bias=None, scale=None, *,

@@ -108,11 +108,15 @@ class Problem:
             return contextlib.nullcontext()
         return np.errstate(over="ignore", invalid="ignore", divide="ignore")
 
-    def rows(self, idx: np.ndarray) -> Problem:
-        """The same problem for the query rows ``idx`` only (global positions kept)."""
+    def rows(self, idx: np.ndarray) -> tuple[Problem, np.ndarray]:
+        """The same problem for the query rows ``idx`` only (global positions kept), and where
+        each requested row is in it: ``(problem, at)``, so that ``result[..., at, :]`` has the
+        rows in the order asked. The problem holds them sorted and once each: masks and biases
+        read a tile's ends as its range (rows=[0, 4, 2] would read as 0…2 otherwise)."""
         from dataclasses import replace
 
-        return replace(self, q=self.q[..., idx, :], q_pos=self.q_pos[idx])
+        sorted_rows, at = np.unique(np.asarray(idx, dtype=np.intp), return_inverse=True)
+        return replace(self, q=self.q[..., sorted_rows, :], q_pos=self.q_pos[sorted_rows]), at
 
 
 def as_array(x, name: str) -> np.ndarray:

@@ -119,9 +119,11 @@ def attention_weights(q, k, mask=None, bias=None, scale=None, *, rows=None, chec
                       max_bytes=None, softcap=None):
     """The weight matrix (..., Hq, Nq, Nk) in float64 (rows ``rows`` only, if given)."""
     p = prepare(q, k, None, mask, bias, scale, check_finite=check_finite, softcap=softcap)
+    at = None
     if rows is not None:
-        p = p.rows(query_rows(rows, p.nq))
-    return p.present(intermediates(p, max_bytes)["weights"])
+        p, at = p.rows(query_rows(rows, p.nq))
+    w = intermediates(p, max_bytes)["weights"]
+    return p.present(w if at is None else w[..., at, :])
 
 
 def attention_backward(q, k, v, dout, mask=None, bias=None, scale=None, *, dlse=None,
