@@ -192,7 +192,7 @@ def attention_backward(q, k, v, out, lse, dout, mask=None, bias=None, scale=None
     dq, dk, dv = kernel.backward(p, out.reshape(shape_out), lse.reshape(shape_out[:-1]),
                                  dout.reshape(shape_out),
                                  None if dlse is None else dlse.reshape(shape_out[:-1]),
-                                 deterministic=bool(deterministic), dbias=dbias)
+                                 deterministic=bool(deterministic), dbias=dbias, whole=True)
     if p.checked_finite and not all(np.isfinite(g).all() for g in (dq, dk, dv)):
         # Finite inputs, checked: an inf/NaN gradient is an overflow, never an answer.
         raise ValueError(

@@ -485,7 +485,7 @@ def weights(p: Problem) -> np.ndarray:
 @_quietly
 def backward(p: Problem, out: np.ndarray, lse: np.ndarray, dout: np.ndarray,
              dlse: np.ndarray | None = None, *, deterministic: bool = False,
-             dbias: np.ndarray | None = None):
+             dbias: np.ndarray | None = None, whole: bool = False):
     """Gradients ``(dq, dk, dv)`` as ``(B, H, N, D)`` arrays in the compute dtype (flat batch).
 
     FlashAttention-2's backward: for each key tile (a work item), walk every query tile of every
@@ -506,9 +506,11 @@ def backward(p: Problem, out: np.ndarray, lse: np.ndarray, dout: np.ndarray,
     ``dbias``, a zeroed ``(B, Hq, Nq, Nk)`` array in the compute dtype (or None), receives dS —
     the gradient of an additive bias — tile by tile (empty tiles leave their zeros).
 
-    The weights recomputed from ``lse`` must sum to 1 in every row: each pass also sums P and
-    dS per row. A row far off (past any rounding of these scores and this lse) means the lse
-    does not belong to these q, k, mask and bias: refused. A row off by more than the sum's own
+    With ``whole`` (these are all the keys the lse was taken over: ``attention_backward``; not
+    a ring's kv shard, whose weights sum to its share) the weights recomputed from ``lse`` must
+    sum to 1 in every row: each pass also sums P and dS per row. A row far off (past any
+    rounding of these scores and this lse) means the lse does not belong to these q, k, mask
+    and bias: refused. A row off by more than the sum's own
     rounding but within that bound (huge scores: the forward's tiles rounded them otherwise, or
     the lse itself cannot hold them to better than eps·|lse|) is normalised — P' = P / ΣP, by
     running the pass again with dO / ΣP and Δ' / ΣP, Δ' from these very P — so that every tile
@@ -542,7 +544,7 @@ def backward(p: Problem, out: np.ndarray, lse: np.ndarray, dout: np.ndarray,
         return grads, sums
 
     grads, (psum, dsum) = run(delta, dout_f)
-    off = _rows_off(p, lse_f, psum)  # (B, Hq, Nq) bool, or None
+    off = _rows_off(p, lse_f, psum) if whole else None  # (B, Hq, Nq) bool, or None
     if off is not None:
         # P' = P / r (r = ΣP): dS' = P'(dP − Δ') = P (dP / r − Δ' / r) and dV = Pᵀ (dO / r),
         # with Δ' = Σ_j P'_ij dP_ij − dlse_i = (Σ dS + (Δ − dlse) ΣP) / r − dlse.
