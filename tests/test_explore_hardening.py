@@ -147,3 +147,64 @@ def test_a_stalled_body_is_408_and_a_silent_connection_is_closed(live):
     assert BODY_IDLE - 1 < took < BODY_IDLE + 8
     assert silent == b""  # closed without a response: the headers never ended
     assert HEADER_TIMEOUT - 1 < silent_took < HEADER_TIMEOUT + 8
+
+
+# -- clients that hang up, or send an oversized body eagerly (issue 23, item 11) ------------------
+@pytest.fixture(scope="module")
+def logged(tmp_path_factory):
+    """A real ``qkv explore`` whose whole log (stdout and stderr) lands in a file we can read."""
+    import subprocess
+    import sys
+
+    from qkv.explore.server import READY
+
+    log = tmp_path_factory.mktemp("explore") / "server.log"
+    with open(log, "w") as sink:
+        proc = subprocess.Popen([sys.executable, "-m", "qkv", "explore", "--port", "0",
+                                 "--no-browser"], stdout=sink, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not any(line.startswith(READY) for line in log.read_text().splitlines()):
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.1)
+        url = next(line[len(READY):].strip() for line in log.read_text().splitlines()
+                   if line.startswith(READY))
+        parts = urlsplit(url)
+        yield (parts.hostname, parts.port), log
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def test_a_client_that_hangs_up_mid_body_leaves_no_traceback(logged):
+    address, log = logged
+    head = (b"POST /api/trace HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 1000\r\n\r\n")
+    for _ in range(5):
+        with socket.create_connection(address, timeout=10) as s:
+            s.sendall(head + b'{"q": [[1, 0]]')  # 14 of the 1,000 bytes promised, then gone
+    # the server still answers, and its log says nothing of the hang-ups
+    answer = _raw(address, b"GET /api/health HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                           b"Connection: close\r\n\r\n")
+    assert answer.startswith(b"HTTP/1.1 200"), answer[:200]
+    time.sleep(0.5)  # let the server write whatever it would write
+    text = log.read_text()
+    assert "Traceback" not in text and "No response returned" not in text, text[-3000:]
+
+
+@pytest.mark.parametrize("declared", [True, False])
+def test_an_eager_body_over_1_mb_is_413_every_time(logged, declared):
+    """The whole 2 MB sent at once, before reading: a 413, never a connection reset."""
+    address, _ = logged
+    body = b"[" + b"1," * 1_000_000 + b"1]"
+    if declared:
+        head = f"Content-Length: {len(body)}\r\n".encode()
+    else:  # one chunk of 2 MB, chunked encoding
+        head = b"Transfer-Encoding: chunked\r\n"
+        body = f"{len(body):x}\r\n".encode() + body + b"\r\n0\r\n\r\n"
+    request = (b"POST /api/trace HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+               + head + b"\r\n" + body)
+    for attempt in range(8):
+        answer = _raw(address, request)
+        assert answer.startswith(b"HTTP/1.1 413"), (attempt, answer[:200])
+        assert b"larger than 1,000,000 bytes" in answer

@@ -29,8 +29,8 @@ from .bias import alibi, alibi_slopes
 from .kernel import backward, forward, has_work, weights
 from .masks import block_map
 from .merge import merge
-from .problem import Problem, as_array, prepare
-from .shapes import check_like, unbroadcast
+from .problem import Problem, as_array, check_like, prepare
+from .shapes import unbroadcast
 from .tiles import KernelConfig, TileStats, blocks, current, has_numba, kernel_config
 from .trace import Trace, explain
 

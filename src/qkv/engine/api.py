@@ -21,8 +21,8 @@ import operator
 import numpy as np
 
 from . import kernel
-from .problem import prepare
-from .shapes import check_like, sum_to_shape, unbroadcast
+from .problem import check_like, check_lse, prepare, require_v
+from .shapes import sum_to_shape, unbroadcast
 
 __all__ = ["MAX_WEIGHT_BYTES", "attention", "attention_backward", "attention_weights",
            "check_size"]
@@ -84,6 +84,7 @@ def attention(q, k, v, mask=None, bias=None, scale=None, *, return_lse=False, ch
     accumulated in float32. Memory beyond the inputs and output is O(tile² + (Nq + Nk)·D) per
     worker thread: the Nq × Nk matrix is never built.
     """
+    require_v(v, "attention")
     p = prepare(q, k, v, mask, bias, scale, check_finite=check_finite, softcap=softcap,
                 dropout=dropout, dropout_seed=dropout_seed, score_mod=score_mod)
     out, lse = kernel.forward(p)
@@ -95,10 +96,20 @@ def query_rows(rows, nq: int) -> np.ndarray:
     """``rows`` (ints or a slice) as an index array into ``nq`` queries, checked."""
     if isinstance(rows, slice):
         return np.arange(nq)[rows]
-    if np.ndim(rows) > 1:
-        raise ValueError(f"rows must be a 1-D list of query indices, got shape {np.shape(rows)}")
     try:
-        ints = [operator.index(r) for r in np.atleast_1d(np.asarray(rows, dtype=object))]
+        items = np.asarray(rows, dtype=object)
+    except ValueError:
+        items = None
+    if items is None or items.ndim > 1 or (items.ndim == 1 and any(
+            np.ndim(r) for r in items)):
+        raise ValueError(f"rows must be a 1-D list of query indices, got {rows!r}")
+    items = np.atleast_1d(items)
+    if any(isinstance(r, bool | np.bool_) for r in items):
+        # A bool array is a selection, not indices: read as ints it would be rows 1 and 0.
+        raise TypeError(f"rows must be query indices (ints) or a slice, got bools {rows!r}; "
+                        "for a bool selection pass rows=np.flatnonzero(selection)")
+    try:
+        ints = [operator.index(r) for r in items]
     except TypeError:
         raise TypeError(f"rows must be ints (query indices) or a slice, got {rows!r}") from None
     bad = [r for r in ints if not -nq <= r < nq]
@@ -121,12 +132,15 @@ def attention_weights(q, k, mask=None, bias=None, scale=None, *, rows=None, chec
     """
     p = prepare(q, k, None, mask, bias, scale, check_finite=check_finite, softcap=softcap,
                 score_mod=score_mod)
+    at = None
     if rows is not None:
-        p = p.rows(query_rows(rows, p.nq))
-    n_bytes = math.prod(p.batch_shape) * p.hq * p.nq * p.nk * p.dtype.itemsize
-    check_size(n_bytes, max_bytes, f"the weights ({p.nq} rows × {p.nk} keys per head)",
+        p, at = p.rows(query_rows(rows, p.nq))
+    n_rows = p.nq if at is None else len(at)
+    n_bytes = math.prod(p.batch_shape) * p.hq * n_rows * p.nk * p.dtype.itemsize
+    check_size(n_bytes, max_bytes, f"the weights ({n_rows} rows × {p.nk} keys per head)",
                "ask for a few rows with rows=[...] or rows=slice(...)")
-    return p.present(kernel.weights(p))
+    w = kernel.weights(p)  # (*batch, Hq, R, Nk), rows sorted
+    return p.present(w if at is None else w[..., at, :])
 
 
 def attention_backward(q, k, v, out, lse, dout, mask=None, bias=None, scale=None, *,
@@ -151,17 +165,14 @@ def attention_backward(q, k, v, out, lse, dout, mask=None, bias=None, scale=None
         raise ValueError(
             "attention_backward cannot differentiate an arbitrary score_mod (it would need "
             "∂score_mod/∂scores); use softcap= or an array bias with return_dbias=True")
+    require_v(v, "attention_backward")
     p = prepare(q, k, v, mask, bias, scale, check_finite=check_finite, softcap=softcap,
                 dropout=dropout, dropout_seed=dropout_seed)
     shown_out = p.present(np.empty(p.out_shape(p.dv), dtype=bool)).shape
     out = check_like(out, "out", shown_out, "attention(q, k, v) output")
     dout = check_like(dout, "dout", shown_out, "attention(q, k, v) output")
     lse = check_like(lse, "lse", shown_out[:-1], "the lse of attention(..., return_lse=True)")
-    if np.isnan(lse).any() or (lse == np.inf).any():
-        raise ValueError(
-            "lse contains NaN or +inf; pass the lse that attention(..., return_lse=True) "
-            "returned (−inf is fine: it marks rows with no allowed key)"
-        )
+    check_lse(lse)
     if check_finite:
         for name, arr in (("out", out), ("dout", dout)):
             if not np.isfinite(arr).all():
@@ -181,7 +192,12 @@ def attention_backward(q, k, v, out, lse, dout, mask=None, bias=None, scale=None
     dq, dk, dv = kernel.backward(p, out.reshape(shape_out), lse.reshape(shape_out[:-1]),
                                  dout.reshape(shape_out),
                                  None if dlse is None else dlse.reshape(shape_out[:-1]),
-                                 deterministic=bool(deterministic), dbias=dbias)
+                                 deterministic=bool(deterministic), dbias=dbias, whole=True)
+    if p.checked_finite and not all(np.isfinite(g).all() for g in (dq, dk, dv)):
+        # Finite inputs, checked: an inf/NaN gradient is an overflow, never an answer.
+        raise ValueError(
+            f"the gradients overflow {p.compute} (finite inputs, but a product such as dS·K "
+            "passes the dtype's range): rescale q, k, v or dout, or use float64 inputs")
     grads = []
     for grad, given, heads in ((dq, q, p.hq), (dk, k, p.hkv), (dv, v, p.hkv)):
         full = grad.reshape(*p.batch_shape, heads, *grad.shape[-2:])

@@ -65,7 +65,9 @@ class _Dense(Bias):
                 f"bias has shape {self.array.shape} but scores have shape {full} "
                 "(..., Hq, Nq, Nk): bias must broadcast to them"
             )
-        planes = np.broadcast_to(self.array, full).reshape(-1, layout.heads, layout.nq, layout.nk)
+        planes = np.broadcast_to(self.array, full).reshape(
+            layout.batch_size, layout.heads, layout.nq, layout.nk)  # (B, H, Nq, Nk): not -1,
+        # which cannot be inferred when Nq or Nk is 0
         return _BoundDense(layout, planes, self.array)
 
     def check_finite(self):
@@ -131,7 +133,8 @@ class _ALiBi(Bias):
                 f"(batch dims {layout.batch_shape}): pass one slope per query head, shape "
                 f"({layout.heads},), or per sequence and head, shaped like {target}"
             )
-        per_sequence = np.broadcast_to(slopes, target).reshape(-1, layout.heads)  # (B, H)
+        per_sequence = np.broadcast_to(slopes, target).reshape(layout.batch_size,
+                                                                      layout.heads)  # (B, H)
         # The same alignment as the position masks: reuse the mask's per-sequence offsets.
         from .masks.position import Window
 

@@ -22,6 +22,7 @@ element and head only if the mask depends on them.
 
 from __future__ import annotations
 
+import functools
 import threading
 
 import numpy as np
@@ -188,7 +189,10 @@ def apply_score_mod(p: Problem, scores: np.ndarray, b, h, q_idx, k_idx,
         raise ValueError(
             f"score_mod must return float scores of the shape it was given {scores.shape}, got "
             f"{modified.dtype} {modified.shape}")
-    if np.isnan(modified).any() or (modified == np.inf).any():
+    bad = np.isnan(modified) | (modified == np.inf)
+    if bad.any() and (bad & ~np.isnan(scores) & (scores != np.inf)).any():
+        # (a NaN it was given — the caller's, in a masked slot, with check_finite=False — may
+        # come back NaN: the mask keeps it out; a NaN it made is the modifier's mistake)
         raise ValueError("score_mod returned NaN or +inf; return finite scores (−inf to exclude "
                          "a pair, though a mask lets the kernel skip whole tiles)")
     return np.ascontiguousarray(modified, dtype=dtype or p.compute)
@@ -230,8 +234,9 @@ def _planes_dot(p: Problem, weights: np.ndarray, x: np.ndarray) -> np.ndarray:
     if p.checked_finite or np.isfinite(x).all():
         return weights @ x
     xb = np.broadcast_to(x, (*weights.shape[:3], *x.shape[-2:]))
+    n = int(np.prod(weights.shape[:3]))  # not -1: D may be 0
     planes = [_dot(w, xi, _bad_rows(p, xi)) for w, xi in
-              zip(weights.reshape(-1, *weights.shape[-2:]), xb.reshape(-1, *x.shape[-2:]),
+              zip(weights.reshape(n, *weights.shape[-2:]), xb.reshape(n, *x.shape[-2:]),
                   strict=True)]
     return np.stack(planes).reshape(*weights.shape[:-1], x.shape[-1])
 
@@ -243,15 +248,31 @@ def _in_compute(p: Problem, x: np.ndarray) -> np.ndarray:
     return flat if flat.dtype == p.compute else flat.astype(p.compute)
 
 
+def _quietly(fn):
+    """Run an entry point of this module under ``p.quiet()`` (NumPy's error state is per
+    thread, so :func:`_run` sets it in the workers too)."""
+    @functools.wraps(fn)
+    def wrapper(p: Problem, *args, **kwargs):
+        with p.quiet():
+            return fn(p, *args, **kwargs)
+    return wrapper
+
+
 def _run(p: Problem, cfg: KernelConfig, worker, items, passes: float = 1.0) -> None:
     """Run the work items on the pool, sized by the problem's work (multiply-adds × passes)."""
     work = passes * p.batch_size * p.hq * p.nq * p.nk * (p.dk + p.dv)
-    threads.run(worker, items, cfg.num_workers(work), hold_blas=work > BLAS_HOLD_MIN)
+
+    def quiet_worker(worker_id: int, item) -> None:
+        with p.quiet():
+            worker(worker_id, item)
+
+    threads.run(quiet_worker, items, cfg.num_workers(work), hold_blas=work > BLAS_HOLD_MIN)
 
 
 # --------------------------------------------------------------------------------------------
 # Forward
 # --------------------------------------------------------------------------------------------
+@_quietly
 def forward(p: Problem, *, with_output: bool = True) -> tuple[np.ndarray | None, np.ndarray]:
     """``(out, lse)`` for a validated problem: out ``(*batch, Hq, Nq, Dv)`` in the input dtype
     (None when ``with_output`` is False: only lse is wanted), lse ``(*batch, Hq, Nq)`` in the
@@ -319,7 +340,7 @@ def _forward_tiled(p, cfg, step, out, lse) -> None:
 def _finish(m: np.ndarray, row_sum: np.ndarray, acc: np.ndarray | None) -> np.ndarray:
     """out = acc / ℓ in place and lse = m + log ℓ; rows with ℓ = 0 had no key: 0 and −inf.
     ``m`` and ``row_sum`` have one entry per query, ``acc`` one row per query."""
-    has_keys = row_sum > 0
+    has_keys = row_sum != 0  # NaN (the caller's NaN score, check_finite=False) stays NaN
     lse = np.full_like(m, -np.inf)
     np.add(m, np.log(row_sum, where=has_keys, out=np.zeros_like(row_sum)), out=lse,
            where=has_keys)
@@ -405,6 +426,7 @@ def _forward_small(p, cfg, step, out, lse) -> None:
 # --------------------------------------------------------------------------------------------
 # Weights on demand
 # --------------------------------------------------------------------------------------------
+@_quietly
 def weights(p: Problem) -> np.ndarray:
     """The exact weights ``(*batch, Hq, Nq, Nk)`` for the (possibly row-subset) problem.
 
@@ -451,7 +473,7 @@ def weights(p: Problem) -> np.ndarray:
     # exp(s − lse) sums to 1 up to the exponential's rounding (≈ |s − lse|·eps): divide by the
     # actual sum so that every row sums to 1 to the dtype's precision.
     total = flat.sum(axis=-1, dtype=c, keepdims=True)
-    np.divide(flat, total, out=flat, where=total > 0)
+    np.divide(flat, total, out=flat, where=total != 0)
     # Weights below the result dtype's normal range (float16's, say) flush to 0 as well.
     np.copyto(result, 0, where=result < np.finfo(p.dtype).tiny)
     return result
@@ -460,9 +482,10 @@ def weights(p: Problem) -> np.ndarray:
 # --------------------------------------------------------------------------------------------
 # Backward
 # --------------------------------------------------------------------------------------------
+@_quietly
 def backward(p: Problem, out: np.ndarray, lse: np.ndarray, dout: np.ndarray,
              dlse: np.ndarray | None = None, *, deterministic: bool = False,
-             dbias: np.ndarray | None = None):
+             dbias: np.ndarray | None = None, whole: bool = False):
     """Gradients ``(dq, dk, dv)`` as ``(B, H, N, D)`` arrays in the compute dtype (flat batch).
 
     FlashAttention-2's backward: for each key tile (a work item), walk every query tile of every
@@ -482,13 +505,22 @@ def backward(p: Problem, out: np.ndarray, lse: np.ndarray, dout: np.ndarray,
 
     ``dbias``, a zeroed ``(B, Hq, Nq, Nk)`` array in the compute dtype (or None), receives dS —
     the gradient of an additive bias — tile by tile (empty tiles leave their zeros).
+
+    With ``whole`` (these are all the keys the lse was taken over: ``attention_backward``; not
+    a ring's kv shard, whose weights sum to its share) the weights recomputed from ``lse`` must
+    sum to 1 in every row: each pass also sums P and dS per row. A row far off (past any
+    rounding of these scores and this lse) means the lse does not belong to these q, k, mask
+    and bias: refused. A row off by more than the sum's own
+    rounding but within that bound (huge scores: the forward's tiles rounded them otherwise, or
+    the lse itself cannot hold them to better than eps·|lse|) is normalised — P' = P / ΣP, by
+    running the pass again with dO / ΣP and Δ' / ΣP, Δ' from these very P — so that every tile
+    configuration gives the gradient of its own scores.
     """
     c = p.compute
     dq_shape = (p.batch_size, p.hq, p.nq, p.dk)
-    dk = np.zeros((p.batch_size, p.hkv, p.nk, p.dk), dtype=c)
-    dv = np.zeros((p.batch_size, p.hkv, p.nk, p.dv), dtype=c)
     if p.empty:
-        return np.zeros(dq_shape, dtype=c), dk, dv
+        return (np.zeros(dq_shape, dtype=c), np.zeros((p.batch_size, p.hkv, p.nk, p.dk), c),
+                np.zeros((p.batch_size, p.hkv, p.nk, p.dv), c))
     cfg = current()
     backend, step = _step_for(p, cfg)
     dout_f = dout.reshape(p.batch_size, p.hq, p.nq, p.dv)
@@ -498,16 +530,76 @@ def backward(p: Problem, out: np.ndarray, lse: np.ndarray, dout: np.ndarray,
     if dlse is not None:
         delta -= dlse.reshape(delta.shape).astype(c)
     lse_f = lse.reshape(p.batch_size, p.hq, p.nq).astype(c)
-    if p.nq * p.nk <= cfg.small:
-        result = _backward_small(p, cfg, step, delta, lse_f, dout_f, dbias)
-        path = "small"
-    else:
-        result = _backward_tiled(p, cfg, step, delta, lse_f, dout_f, dk, dv, deterministic,
-                                 dbias)
-        path = "tiled"
+    path = "small" if p.nq * p.nk <= cfg.small else "tiled"
+
+    def run(delta_used, dout_used):
+        sums = np.zeros((2, p.batch_size, p.hq, p.nq), dtype=c)  # Σ_j P, Σ_j dS per row
+        if dbias is not None:
+            dbias[...] = 0
+        if path == "small":
+            grads = _backward_small(p, cfg, step, delta_used, lse_f, dout_used, dbias, sums)
+        else:
+            grads = _backward_tiled(p, cfg, step, delta_used, lse_f, dout_used, deterministic,
+                                    dbias, sums)
+        return grads, sums
+
+    grads, (psum, dsum) = run(delta, dout_f)
+    off = _rows_off(p, lse_f, psum) if whole else None  # (B, Hq, Nq) bool, or None
+    if off is not None:
+        # P' = P / r (r = ΣP): dS' = P'(dP − Δ') = P (dP / r − Δ' / r) and dV = Pᵀ (dO / r),
+        # with Δ' = Σ_j P'_ij dP_ij − dlse_i = (Σ dS + (Δ − dlse) ΣP) / r − dlse.
+        r = np.where(off, psum, 1)
+        dlse_f = 0 if dlse is None else dlse.reshape(delta.shape).astype(c)
+        fixed = (dsum + delta * psum) / r - dlse_f
+        delta = np.where(off, fixed / r, delta)
+        grads, _ = run(delta, dout_f.astype(c) / r[..., None])
+        if cfg.stats is not None:
+            cfg.stats.add_path("backward renormalised")
     if cfg.stats is not None:
         cfg.stats.add_path(f"{path} backward {backend}")
-    return result
+    return grads
+
+
+def _rows_off(p: Problem, lse: np.ndarray, psum: np.ndarray) -> np.ndarray | None:
+    """The rows whose recomputed weights sum off 1 by more than the sum's own rounding
+    (``(B, Hq, Nq)`` bool), or None if there are none; a ValueError where they are off by more
+    than any rounding of these scores and this lse could make them.
+
+    Bounds (log space, eps of the compute dtype): a sum of Nk exponentials is rounded to
+    ~(Nk + 8)·eps; the lse itself to eps·|lse|; scores |s| ≤ s_bound to (Dk + 8)·eps·s_bound by
+    a GEMM of another shape (the forward's tiles may differ from these).
+    """
+    eps = float(np.finfo(p.compute).eps)
+    finite = np.isfinite(lse)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        log_sum = np.where(finite, np.log(psum), 0.0)  # psum 0 → −inf, ∞ → ∞: far off
+    dev = np.abs(log_sum)
+    off = dev > 4 * (p.nk + 8) * eps  # False for NaN (the caller's NaN, check_finite=False)
+    if not off.any():
+        return None
+    bound = 16 * eps * (1 + np.abs(np.where(finite, lse, 0)) + np.log(p.nk + 1)) + \
+        (p.dk + 8) * eps * (1 + _score_bound(p))
+    far = dev > bound
+    if far.any():
+        at = tuple(int(i) for i in np.argwhere(far)[0])
+        total = float(psum[at])
+        raise ValueError(
+            f"lse does not belong to these q, k, mask and bias: the weights recomputed from it "
+            f"sum to {total:.6g} instead of 1 in row {at[2]} (flat batch {at[0]}, head {at[1]}) "
+            f"— off by a factor e^{float(log_sum[at]):.3g}, past the {bound[at]:.3g} rounding "
+            "could make; pass the lse that attention(..., return_lse=True) returned for the "
+            "same q, k, mask, bias, scale and softcap")
+    return off
+
+
+def _score_bound(p: Problem) -> float:
+    """An upper bound on |scaled scores + bias| over the problem (finite entries)."""
+    from .problem import finite_max_abs
+
+    s = p.dk * abs(p.scale) * finite_max_abs(p.q) * finite_max_abs(p.k)
+    if p.softcap is not None:
+        s = min(s, p.softcap)
+    return s + (p.bias.magnitude() if p.bias is not None else 0.0)
 
 
 def _softcap_grad(ds: np.ndarray, t: np.ndarray | None) -> None:
@@ -518,11 +610,14 @@ def _softcap_grad(ds: np.ndarray, t: np.ndarray | None) -> None:
         ds *= t
 
 
-def _backward_tiled(p, cfg, step, delta, lse_f, dout_f, dk, dv, deterministic=False,
-                    dbias=None):
+def _backward_tiled(p, cfg, step, delta, lse_f, dout_f, deterministic=False, dbias=None,
+                    sums=None):
     c = p.compute
     scale = c.type(p.scale)
+    dk = np.zeros((p.batch_size, p.hkv, p.nk, p.dk), dtype=c)
+    dv = np.zeros((p.batch_size, p.hkv, p.nk, p.dv), dtype=c)
     dq_parts: dict[int, np.ndarray] = {}
+    sum_parts: dict[int, np.ndarray] = {}  # per worker: Σ_j P, Σ_j dS per row (see backward)
     q, k, v = p.flat(p.q), _in_compute(p, p.k), _in_compute(p, p.v)
     q_blocks = blocks(p.nq, cfg.tile_q)
     planner = _Planner(p, cfg, cfg.tile_k)
@@ -541,7 +636,8 @@ def _backward_tiled(p, cfg, step, delta, lse_f, dout_f, dk, dv, deterministic=Fa
         b, hk, k0, k1 = item
         if worker_id not in dq_parts:
             dq_parts[worker_id] = np.zeros((p.batch_size, p.hq, p.nq, p.dk), dtype=c)
-        dq = dq_parts[worker_id]
+            sum_parts[worker_id] = np.zeros((2, p.batch_size, p.hq, p.nq), dtype=c)
+        dq, row_sums = dq_parts[worker_id], sum_parts[worker_id]
         dk_acc, dv_acc = dk[b, hk], dv[b, hk]
         k_bh = k[b, hk].astype(c, copy=False)
         v_bh = v[b, hk].astype(c, copy=False)
@@ -551,8 +647,7 @@ def _backward_tiled(p, cfg, step, delta, lse_f, dout_f, dk, dv, deterministic=Fa
                 q_scaled = None
                 for r0, r1, t0, t1, kind, block in planner.plan(b, h, q0, q1, (k0, k1)):
                     if q_scaled is None:
-                        q_tile = q[b, h, q0:q1].astype(c)  # (tq, Dk)
-                        q_scaled = q_tile * scale
+                        q_scaled = q[b, h, q0:q1].astype(c) * scale  # (tq, Dk)
                         do_tile = dout_f[b, h, q0:q1].astype(c)  # (tq, Dv)
                     rows = slice(r0, r1)
                     qi, kj = p.q_pos[q0 + r0: q0 + r1], p.k_pos[t0:t1]
@@ -561,21 +656,27 @@ def _backward_tiled(p, cfg, step, delta, lse_f, dout_f, dk, dv, deterministic=Fa
                                         out=scratch.tile(worker_id, t1 - t0, r1 - r0, c))
                     step.probabilities(s[None], _allowed_t(kind, block),
                                        lse_f[None, b, h, q0 + r0: q0 + r1])  # Pᵀ, recomputed
+                    row_sums[0, b, h, q0 + r0: q0 + r1] += s.sum(axis=0)
                     kept = _kept(p, b, h, qi, kj, c)  # dropout: Z / (1 − rate), or None
                     dv_acc[t0:t1] += (s if kept is None else s * kept) @ do_tile[rows]
                     dp = v_bh[t0:t1] @ do_tile[rows].T  # dPᵀ (tk, tr)
                     if kept is not None:
                         dp *= kept
                     step.softmax_grad(dp[None], s[None], delta[None, b, h, q0 + r0: q0 + r1])
+                    row_sums[1, b, h, q0 + r0: q0 + r1] += dp.sum(axis=0)
                     if dbias is not None:  # dS itself: a work item owns its key columns
                         dbias[b, h, q0 + r0: q0 + r1, t0:t1] += dp.T
                     _softcap_grad(dp, t)
-                    dk_acc[t0:t1] += (dp @ q_tile[rows]) * scale  # dSᵀ Q: (tk, Dk)
+                    # dSᵀ (Q · scale): the forward's own q·scale, which is in range — Q alone
+                    # times dS may overflow where the product with scale would not.
+                    dk_acc[t0:t1] += dp @ q_scaled[rows]  # (tk, Dk)
                     if not deterministic:
                         dq[b, h, q0 + r0: q0 + r1] += _dot(  # dS K: (tr, Dk)
                             dp.T, k_bh[t0:t1], None if bad_k is None else bad_k[t0:t1]) * scale
 
     _run(p, cfg, worker, items, passes=2.5)
+    if sums is not None and sum_parts:
+        sums += sum(sum_parts.values())
     if not deterministic:
         dq = sum(dq_parts.values()) if dq_parts else np.zeros((p.batch_size, p.hq, p.nq, p.dk), c)
         return dq, dk, dv
@@ -611,7 +712,7 @@ def _backward_tiled(p, cfg, step, delta, lse_f, dout_f, dk, dv, deterministic=Fa
     return dq, dk, dv
 
 
-def _backward_small(p, cfg, step, delta, lse_f, dout_f, dbias=None):
+def _backward_small(p, cfg, step, delta, lse_f, dout_f, dbias=None, sums=None):
     """The backward with all heads at once, for problems whose score matrix per head fits in
     one tile (as :func:`_forward_small`): the same step on every row of every head."""
     c = p.compute
@@ -634,6 +735,9 @@ def _backward_small(p, cfg, step, delta, lse_f, dout_f, dbias=None):
         s, allowed, t = _small_scores(p, rows, keep_tanh=True)  # Sᵀ (b, Hkv, G, Nk, Nq)
         step.probabilities(_planes(s, p.nq), _planes(allowed, p.nq),
                            lse_flat[rows].reshape(-1, p.nq))  # Pᵀ, recomputed
+        n = s.shape[0]
+        if sums is not None:
+            sums[0, rows] = s.sum(axis=-2).reshape(n, p.hq, p.nq)
         do = do_g[rows].astype(c, copy=False)  # (b, Hkv, G, Nq, Dv)
         kept = _small_kept(p, rows, s.shape)
         dv[rows] = ((s if kept is None else s * kept) @ do).sum(axis=2)  # Σ over the group
@@ -642,13 +746,16 @@ def _backward_small(p, cfg, step, delta, lse_f, dout_f, dbias=None):
             dp *= kept
         # dPᵀ (b, Hkv, G, Nk, Nq), contiguous so that the step's view of it is not a copy
         step.softmax_grad(_planes(dp, p.nq), _planes(s, p.nq), delta_flat[rows].reshape(-1, p.nq))
+        if sums is not None:
+            sums[1, rows] = dp.sum(axis=-2).reshape(n, p.hq, p.nq)
         if dbias is not None:
             dbias[rows] = np.swapaxes(dp, -1, -2).reshape(-1, p.hq, p.nq, p.nk)
         _softcap_grad(dp, t)
         ds = np.swapaxes(dp, -1, -2)  # dS (b, Hkv, G, Nq, Nk)
         k_rows = k_g[rows].astype(c, copy=False)  # (b, Hkv, 1, Nk, Dk)
         dq[rows] = _planes_dot(p, ds, k_rows) * scale  # dS K
-        dk[rows] = (dp @ q_g[rows].astype(c, copy=False)).sum(axis=2) * scale
+        # dSᵀ (Q · scale), as the tiled path: the forward's in-range q·scale
+        dk[rows] = (dp @ (q_g[rows].astype(c) * scale)).sum(axis=2)
 
     _run(p, cfg, worker, _small_chunks(p), passes=2.5)
     return dq.reshape(p.batch_size, p.hq, p.nq, p.dk), dk, dv

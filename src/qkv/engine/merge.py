@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .problem import as_array, check_lse
+
 __all__ = ["merge"]
 
 
@@ -28,6 +30,7 @@ def merge(out: np.ndarray, lse: np.ndarray, out_b: np.ndarray, lse_b: np.ndarray
     ``out`` ``(..., Nq, Dv)`` and ``lse`` ``(..., Nq)`` are the running result (in the compute
     dtype); ``out_b``, ``lse_b`` the partial result over further keys, same shapes.
     """
+    _check(out, lse, out_b, lse_b)
     new = np.logaddexp(lse, lse_b)  # (..., Nq); −inf only where both are −inf
     seen = np.isfinite(new)
     w_a = np.exp(np.subtract(lse, new, out=np.full_like(new, -np.inf), where=seen))
@@ -35,3 +38,29 @@ def merge(out: np.ndarray, lse: np.ndarray, out_b: np.ndarray, lse_b: np.ndarray
     out *= w_a[..., None]
     out += out_b * w_b[..., None].astype(out.dtype, copy=False)
     lse[...] = new
+
+
+def _check(out, lse, out_b, lse_b) -> None:
+    """The arguments as :func:`qkv.attention` returns them, refused by name otherwise (the same
+    array checks as every entry point: :func:`~qkv.engine.problem.as_array`)."""
+    for name, x in (("out", out), ("lse", lse)):
+        if not isinstance(x, np.ndarray):
+            raise TypeError(f"merge: {name} is updated in place, so it must be a NumPy array "
+                            f"(as attention(..., return_lse=True) returns), got "
+                            f"{type(x).__name__}")
+        as_array(x, name)
+        if x.dtype.kind != "f":
+            raise TypeError(f"merge: {name} is updated in place, so it must be a float array, "
+                            f"got dtype {x.dtype}")
+        if not x.flags.writeable:
+            raise ValueError(f"merge: {name} is read-only; it is updated in place: pass a copy")
+    out_b, lse_b = as_array(out_b, "out_b"), as_array(lse_b, "lse_b")
+    if out.ndim < 1 or lse.shape != out.shape[:-1]:
+        raise ValueError(f"merge: lse has shape {lse.shape} but out has shape {out.shape}: lse "
+                         "must be out's shape without its last dim (..., Nq)")
+    for name, x, like in (("out_b", out_b, out), ("lse_b", lse_b, lse)):
+        if x.shape != like.shape:
+            raise ValueError(f"merge: {name} has shape {x.shape} but the running result has "
+                             f"{like.shape}: both partial results must cover the same queries")
+    check_lse(lse, "lse")
+    check_lse(lse_b, "lse_b")

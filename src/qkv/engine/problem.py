@@ -7,6 +7,7 @@ messages: the argument named, the shapes or dtype received, and what was expecte
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass
 
@@ -89,7 +90,8 @@ class Problem:
 
     def flat(self, x: np.ndarray) -> np.ndarray:
         """``(*batch, H, N, D)`` → ``(B, H, N, D)`` with one flat batch axis (a view)."""
-        return x.reshape(-1, *x.shape[-3:]) if self.batch_shape else x[None]
+        # The batch size is given, not inferred: reshape(-1, ...) fails for size-0 arrays.
+        return x.reshape(self.batch_size, *x.shape[-3:]) if self.batch_shape else x[None]
 
     def out_shape(self, last: int) -> tuple[int, ...]:
         return (*self.batch_shape, self.hq, self.nq, last)
@@ -98,11 +100,23 @@ class Problem:
         """Drop the head axis added to 2-D inputs, so 2-D in gives 2-D out."""
         return np.squeeze(x, axis=heads_axis) if self.two_d else x
 
-    def rows(self, idx: np.ndarray) -> Problem:
-        """The same problem for the query rows ``idx`` only (global positions kept)."""
+    def quiet(self):
+        """NumPy's floating-point warnings off for a problem the caller chose not to have
+        checked (check_finite=False): a NaN or inf there is the caller's, and the kernel keeps
+        it out of every pair that does not hold it (masked slots never reach a result)."""
+        if self.checked_finite:
+            return contextlib.nullcontext()
+        return np.errstate(over="ignore", invalid="ignore", divide="ignore")
+
+    def rows(self, idx: np.ndarray) -> tuple[Problem, np.ndarray]:
+        """The same problem for the query rows ``idx`` only (global positions kept), and where
+        each requested row is in it: ``(problem, at)``, so that ``result[..., at, :]`` has the
+        rows in the order asked. The problem holds them sorted and once each: masks and biases
+        read a tile's ends as its range (rows=[0, 4, 2] would read as 0…2 otherwise)."""
         from dataclasses import replace
 
-        return replace(self, q=self.q[..., idx, :], q_pos=self.q_pos[idx])
+        sorted_rows, at = np.unique(np.asarray(idx, dtype=np.intp), return_inverse=True)
+        return replace(self, q=self.q[..., sorted_rows, :], q_pos=self.q_pos[sorted_rows]), at
 
 
 def as_array(x, name: str) -> np.ndarray:
@@ -131,6 +145,31 @@ def as_array(x, name: str) -> np.ndarray:
     )
 
 
+def check_like(x, name: str, shape: tuple[int, ...], what: str) -> np.ndarray:
+    """An array of exactly ``shape`` (after the 2-D → 3-D lift), for out/lse/dout: the same
+    array checks as q, k, v (:func:`as_array`), then the shape."""
+    arr = as_array(x, name)
+    if arr.shape != shape:
+        raise ValueError(f"{name} has shape {arr.shape} but {what} has shape {shape}")
+    return arr
+
+
+def check_lse(lse: np.ndarray, name: str = "lse") -> None:
+    """An lse from attention(..., return_lse=True): finite or −inf (a row with no allowed key)."""
+    if np.isnan(lse).any() or (lse == np.inf).any():
+        raise ValueError(
+            f"{name} contains NaN or +inf; pass the lse that attention(..., return_lse=True) "
+            "returned (−inf is fine: it marks rows with no allowed key)"
+        )
+
+
+def require_v(v, fn: str) -> None:
+    """``fn`` computes with values: v ``(..., Hkv, Nk, Dv)`` may not be left out."""
+    if v is None:
+        raise TypeError(f"{fn} needs v, the values (..., Hkv, Nk, Dv), got None; for the "
+                        "weights alone use qkv.attention_weights(q, k, ...)")
+
+
 def check_scale(scale, dk: int) -> float:
     if scale is None:
         # The head dimension, never d_model: the seeds' "scaling by the wrong number" mistake.
@@ -155,6 +194,13 @@ def _max_abs(x: np.ndarray) -> float:
     return max(hi, -lo) if not (np.isnan(hi) or np.isnan(lo)) else float("nan")
 
 
+def finite_max_abs(x: np.ndarray) -> float:
+    """max |x| over the finite entries only (0 if none): with check_finite=False a NaN or inf
+    may sit in a masked slot, and must not switch the overflow guard off for the rest."""
+    with np.errstate(invalid="ignore"):
+        return float(np.max(np.abs(x), where=np.isfinite(x), initial=0.0))
+
+
 def check_softcap(softcap) -> float | None:
     if softcap is None:
         return None
@@ -176,9 +222,10 @@ def check_range(arrays: dict[str, np.ndarray], magnitudes: dict[str, float], sca
     Otherwise an overflowed score (±inf) would read as a masked pair — a silent wrong answer.
     """
     q = arrays["q"]
-    qmax, kmax = magnitudes["q"], magnitudes["k"]
-    if not (math.isfinite(qmax) and math.isfinite(kmax)):
-        return  # inf/NaN inputs with check_finite=False: the caller chose not to be checked
+    qmax, kmax = (m if math.isfinite(m) else finite_max_abs(arrays[name])
+                  for name, m in (("q", magnitudes["q"]), ("k", magnitudes["k"])))
+    # (Non-finite entries are the caller's, with check_finite=False: they reach only the pairs
+    # that hold them — masked slots, or NaN out as the formula says. The finite rest is guarded.)
     score = q.shape[-1] * qmax * kmax * abs(scale)
     if softcap is not None and score > float(np.finfo(compute).max) / 4:
         raise ValueError(

@@ -22,8 +22,8 @@ import types
 import numpy as np
 
 from .api import check_size, query_rows
-from .problem import Problem, prepare
-from .shapes import check_like, sum_to_shape, unbroadcast
+from .problem import Problem, check_like, prepare, require_v
+from .shapes import sum_to_shape, unbroadcast
 
 __all__ = ["attention", "attention_backward", "attention_weights", "intermediates"]
 
@@ -50,6 +50,11 @@ def intermediates(p: Problem, max_bytes: int | None = None) -> dict[str, np.ndar
     check_size(5 * 8 * p.batch_size * p.hq * p.nq * p.nk, max_bytes,
                f"the float64 reference ({p.nq} × {p.nk} scores per head, five matrices)",
                "use qkv.attention (tiled) for large inputs")
+    with p.quiet():  # check_finite=False: the caller's NaN/inf, kept out of masked pairs
+        return _intermediates(p)
+
+
+def _intermediates(p: Problem) -> dict[str, np.ndarray]:
     q = p.q.astype(np.float64)
     k = _expand_kv(p.k.astype(np.float64), p.group)
     scores = q @ np.swapaxes(k, -1, -2)  # (..., Hq, Nq, Nk)
@@ -62,7 +67,7 @@ def intermediates(p: Problem, max_bytes: int | None = None) -> dict[str, np.ndar
         from .kernel import apply_score_mod
 
         planes = np.array(np.broadcast_to(scaled, (*p.batch_shape, p.hq, p.nq, p.nk)))
-        flat = planes.reshape(-1, p.hq, p.nq, p.nk)
+        flat = planes.reshape(p.batch_size, p.hq, p.nq, p.nk)
         for b in range(flat.shape[0]):
             for h in range(p.hq):
                 flat[b, h] = apply_score_mod(p, flat[b, h], b, h, p.q_pos[:, None],
@@ -106,6 +111,7 @@ def intermediates(p: Problem, max_bytes: int | None = None) -> dict[str, np.ndar
 def attention(q, k, v, mask=None, bias=None, scale=None, *, return_lse=False, check_finite=True,
               max_bytes=None, softcap=None, dropout=0.0, dropout_seed=None, score_mod=None):
     """softmax(q kᵀ · scale + bias) v in float64, with the arguments of :func:`qkv.attention`."""
+    require_v(v, "reference.attention")
     p = prepare(q, k, v, mask, bias, scale, check_finite=check_finite, softcap=softcap,
                 dropout=dropout, dropout_seed=dropout_seed, score_mod=score_mod)
     steps = intermediates(p, max_bytes)
@@ -117,9 +123,11 @@ def attention_weights(q, k, mask=None, bias=None, scale=None, *, rows=None, chec
                       max_bytes=None, softcap=None):
     """The weight matrix (..., Hq, Nq, Nk) in float64 (rows ``rows`` only, if given)."""
     p = prepare(q, k, None, mask, bias, scale, check_finite=check_finite, softcap=softcap)
+    at = None
     if rows is not None:
-        p = p.rows(query_rows(rows, p.nq))
-    return p.present(intermediates(p, max_bytes)["weights"])
+        p, at = p.rows(query_rows(rows, p.nq))
+    w = intermediates(p, max_bytes)["weights"]
+    return p.present(w if at is None else w[..., at, :])
 
 
 def attention_backward(q, k, v, dout, mask=None, bias=None, scale=None, *, dlse=None,
@@ -133,6 +141,7 @@ def attention_backward(q, k, v, dout, mask=None, bias=None, scale=None, *, dlse=
         dQ = dS K · scale,   dK = dSᵀ Q · scale,
     with dK and dV summed over the query heads that share a kv head (GQA).
     """
+    require_v(v, "reference.attention_backward")
     p = prepare(q, k, v, mask, bias, scale, check_finite=check_finite, softcap=softcap,
                 dropout=dropout, dropout_seed=dropout_seed)
     out_shape = p.out_shape(p.v.shape[-1])

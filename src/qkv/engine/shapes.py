@@ -19,16 +19,6 @@ def batch_shape(shapes: dict[str, tuple[int, ...]]) -> tuple[int, ...]:
         ) from None
 
 
-def check_like(x, name: str, shape: tuple[int, ...], what: str) -> np.ndarray:
-    """An array of exactly ``shape`` (after the 2-D → 3-D lift), for out/lse/dout."""
-    arr = np.asarray(x)
-    if arr.shape != shape:
-        raise ValueError(f"{name} has shape {arr.shape} but {what} has shape {shape}")
-    if arr.dtype.kind not in "iuf":
-        raise TypeError(f"{name} must hold real numbers, got dtype {arr.dtype}")
-    return arr
-
-
 def unbroadcast(grad: np.ndarray, shape: tuple[int, ...], two_d: bool) -> np.ndarray:
     """Sum a gradient over the dims its input was broadcast along, back to the input's shape."""
     if two_d:

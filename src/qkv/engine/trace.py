@@ -24,7 +24,7 @@ import numpy as np
 
 from . import reference
 from .masks import uses_positions
-from .problem import prepare
+from .problem import prepare, require_v
 
 __all__ = ["Trace", "explain", "set_layout"]
 
@@ -119,6 +119,7 @@ def explain(q, k, v, mask=None, bias=None, scale=None) -> Trace:
     For small inputs: past a million weights it asks you to pick rows with
     ``qkv.attention_weights(..., rows=...)`` instead.
     """
+    require_v(v, "explain")
     p = prepare(q, k, v, mask, bias, scale)
     n_weights = p.batch_size * p.hq * p.nq * p.nk
     if n_weights > MAX_WEIGHTS:

@@ -19,6 +19,8 @@ import numbers
 
 import numpy as np
 
+from ..engine.problem import as_array
+
 FLOAT_DTYPES = (np.float16, np.float32, np.float64)
 
 
@@ -43,8 +45,12 @@ def positive_int(value, name: str, owner: str) -> int:
 
 
 def as_input(x, name: str, owner: str, last: int | None = None, dtype=None) -> np.ndarray:
-    """A float array whose last dim is ``last``; promoted with the layer's ``dtype``."""
-    arr = np.asarray(x)
+    """A float array whose last dim is ``last``; promoted with the layer's ``dtype``. Checked
+    by the engine's :func:`~qkv.engine.problem.as_array` first (ragged rows, bools, strings and
+    objects are refused by name, as every entry point of qkv does); layers take floats only."""
+    arr = np.asarray(x) if isinstance(x, np.ndarray) else as_array(x, f"{owner}: {name}")
+    if arr.dtype.kind in "bUSO":
+        as_array(arr, f"{owner}: {name}")  # raises, naming the argument
     if not np.issubdtype(arr.dtype, np.floating):
         raise TypeError(f"{owner}: {name} must be a float array, got dtype {arr.dtype}")
     if last is not None and (arr.ndim < 1 or arr.shape[-1] != last):

@@ -107,6 +107,9 @@ class MultiHeadAttention(Layer):
     # -- the pieces -------------------------------------------------------------------------
     def _inputs(self, x, context):
         x = as_input(x, "x", "MultiHeadAttention", self.d_model, self.dtype)
+        if x.ndim < 2:
+            raise ValueError(f"MultiHeadAttention: x has shape {x.shape}; expected "
+                             f"(..., N, {self.d_model}) — positions, then features")
         if context is None:
             return x, None
         ctx = as_input(context, "context", "MultiHeadAttention", self.d_model, x.dtype)

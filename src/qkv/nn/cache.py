@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..engine.problem import as_array
+
 
 class LayerCache:
     """One attention layer's cached keys ``(..., Hkv, n, d_k)`` and values ``(..., Hkv, n, d_v)``.
@@ -32,7 +34,7 @@ class LayerCache:
 
     def append(self, k_new: np.ndarray, v_new: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Append ``n_new`` positions; return (views of) all cached k and v."""
-        k_new, v_new = np.asarray(k_new), np.asarray(v_new)
+        k_new, v_new = as_array(k_new, "k_new"), as_array(v_new, "v_new")
         if k_new.ndim < 3 or v_new.ndim < 3 or k_new.shape[-2] != v_new.shape[-2]:
             raise ValueError(
                 f"LayerCache.append: k_new {k_new.shape} and v_new {v_new.shape} must be "

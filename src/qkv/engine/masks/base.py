@@ -243,13 +243,23 @@ def batch_broadcast(lead: tuple[int, ...], batch: tuple[int, ...], what: str) ->
         )
 
 
+def check_lengths(arr: np.ndarray, n: int, what: str) -> None:
+    """Per-sequence lengths must fit the array they describe: a length past it would place
+    positions beyond the sequence (and a window bound past 2**30 would read as unbounded)."""
+    if arr.size and int(arr.max()) > n:
+        raise ValueError(f"mask: {what} holds {int(arr.max())} but there are only {n} "
+                         f"{'keys' if 'key' in what else 'queries'}: lengths must be ≤ {n}")
+
+
+# Index arrays reaching a mask or a bias (a tile's global positions) are strictly increasing —
+# ranges, or ranges with gaps (a zigzag shard's two chunks; the sorted rows of
+# attention_weights(rows=...)): :meth:`Problem.rows` keeps it so. Then the ends say everything:
+# an increasing array whose ends are n − 1 apart is a range, and its ends are its min and max.
 def span(idx: np.ndarray) -> tuple[int, int]:
-    """(min, max) of a non-empty index array; tiles are mostly sorted, so look at the ends first."""
-    lo, hi = int(idx[0]), int(idx[-1])
-    if hi - lo + 1 == len(idx):  # contiguous run: the common case
-        return lo, hi
-    return int(idx.min()), int(idx.max())
+    """(min, max) of a non-empty, strictly increasing index array: its ends."""
+    return int(idx[0]), int(idx[-1])
 
 
 def is_range(idx: np.ndarray) -> bool:
+    """Whether a strictly increasing index array is contiguous (see above)."""
     return len(idx) > 0 and int(idx[-1]) - int(idx[0]) + 1 == len(idx)

@@ -30,6 +30,7 @@ from .base import (
     Mask,
     batch_broadcast,
     check_bound,
+    check_lengths,
     int_array,
     is_range,
     span,
@@ -59,6 +60,7 @@ class _Aligned(Mask):
                 parts[name] = np.full(batch, default, dtype=np.int64)
                 continue
             batch_broadcast(arr.shape, batch, f"{self._name()} {name}")
+            check_lengths(arr, default, f"{self._name()} {name}")
             parts[name] = np.broadcast_to(arr, batch)
         return (parts["key_lengths"] - parts["query_lengths"]).reshape(-1)
 
@@ -147,10 +149,13 @@ class _BoundWindow(_BoundPositional):
         # Compare against shifted query positions rather than forming the (tq, tk) matrix of
         # offsets: one bool pass per bound instead of an int64 matrix and two passes. Bounds
         # past the int32 range cannot cut anything the grid holds: treated as unbounded.
+        # Only an int32 grid (every position below 2**30) lets that shortcut hold: on an int64
+        # grid every bound is compared (positions and bounds < 2**62: no wrap).
+        small = kpos.dtype == np.int32
         ok = None
-        if self.after is not None and self.after < 2**30:
+        if self.after is not None and (self.after < 2**30 or not small):
             ok = kpos <= qpos + self.after
-        if self.before is not None and self.before < 2**30:
+        if self.before is not None and (self.before < 2**30 or not small):
             lower = kpos >= qpos - self.before
             ok = lower if ok is None else np.logical_and(ok, lower, out=ok)
         if ok is None:

@@ -111,8 +111,9 @@ class Documents(Mask):
                     f"{'queries' if name == 'q_ids' else 'keys'}: its last dim must be {n}"
                 )
             batch_broadcast(arr.shape[:-1], layout.batch_shape, f"documents {name}")
-        qid = np.broadcast_to(self.q_ids, (*layout.batch_shape, layout.nq)).reshape(-1, layout.nq)
-        kid = np.broadcast_to(k_ids, (*layout.batch_shape, layout.nk)).reshape(-1, layout.nk)
+        nb = layout.batch_size  # explicit: reshape(-1, 0) cannot infer it for empty sequences
+        qid = np.broadcast_to(self.q_ids, (*layout.batch_shape, layout.nq)).reshape(nb, layout.nq)
+        kid = np.broadcast_to(k_ids, (*layout.batch_shape, layout.nk)).reshape(nb, layout.nk)
         return _BoundDocuments(layout, qid, kid)
 
     def __repr__(self):

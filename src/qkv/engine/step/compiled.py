@@ -31,7 +31,9 @@ FLAGS = {"nsz", "arcp", "contract", "afn", "reassoc"}
 F = np.float32
 LOG2E = F(math.log2(math.e))
 NEG_INF = F(-np.inf)
+POS_INF = F(np.inf)
 FLOOR = F(-126.0)  # 2^x below 2^-126 would be subnormal: flushed to 0
+CEIL = F(128.0)  # 2^x from 2^128 on is float32's inf (an lse that is too small: see backward)
 HALF = F(0.5)
 ZERO = F(0.0)
 ONE = F(1.0)
@@ -71,19 +73,26 @@ def _maxnum(typingctx, a, b):
 
 @njit(inline="always", fastmath=FLAGS)
 def _exp2(x):
-    """2^x for x ≤ 0 in float32; exactly 0 below 2^-126 (and for x = −inf)."""
-    xc = _maxnum(x, FLOOR)
+    """2^x in float32 (x ≤ 0 in the forward); exactly 0 below 2^-126 (and for x = −inf), inf
+    from 2^128 on; NaN for NaN — a
+    NaN score in an allowed slot (check_finite=False) makes its row NaN, as in the NumPy step,
+    rather than a weight of 0 that would drop the key silently."""
+    # clamped to [FLOOR, CEIL]: past CEIL the exponent bits below would wrap to a finite number
+    xc = -_maxnum(-_maxnum(x, FLOOR), -CEIL)
     n = np.floor(xc + HALF)  # np.floor stays a float (math.floor's int would not vectorise)
     f = xc - n
     p = ONE + f * (C1 + f * (C2 + f * (C3 + f * (C4 + f * (C5 + f * C6)))))
     scale = _float32_from_bits(np.int32((np.int32(n) + 127) << 23))
-    return p * scale if x >= FLOOR else ZERO
+    if x >= FLOOR:
+        return p * scale
+    return ZERO if x < FLOOR else x
 
 
 @njit(nogil=True, fastmath=FLAGS, cache=True)
 def _online_softmax(s, allowed, masked, m, row_sum, acc, has_acc):
     planes, keys, queries = s.shape
     m_new = np.empty(queries, dtype=np.float32)
+    m_ref = np.empty(queries, dtype=np.float32)
     alpha = np.empty(queries, dtype=np.float32)
     for g in range(planes):
         tile, ok, m_g, sum_g = s[g], allowed[g if masked else 0], m[g], row_sum[g]
@@ -105,18 +114,21 @@ def _online_softmax(s, allowed, masked, m, row_sum, acc, has_acc):
             alpha[i] = a
             sum_g[i] *= a
             m_g[i] = m_new[i]
+            # a row whose allowed scores are all −inf subtracts +inf: −inf − inf = −inf → 0
+            # (−inf − (−inf) would be NaN); a NaN score still makes a NaN weight
+            m_ref[i] = m_new[i] if m_new[i] != NEG_INF else POS_INF
         # 3. p = 2^((s − m_new)·log2 e), masked pairs and −inf rows exactly 0; sums per query
         for j in range(keys):
             row = tile[j]
             if masked:
                 ok_j = ok[j]
                 for i in range(queries):
-                    p = _exp2((row[i] - m_new[i]) * LOG2E) if ok_j[i] else ZERO
+                    p = _exp2((row[i] - m_ref[i]) * LOG2E) if ok_j[i] else ZERO
                     row[i] = p
                     sum_g[i] += p
             else:
                 for i in range(queries):
-                    p = _exp2((row[i] - m_new[i]) * LOG2E)
+                    p = _exp2((row[i] - m_ref[i]) * LOG2E)
                     row[i] = p
                     sum_g[i] += p
         if has_acc:

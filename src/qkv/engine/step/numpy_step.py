@@ -23,7 +23,9 @@ def _exp_from(s: np.ndarray, ref: np.ndarray, allowed: np.ndarray | None) -> Non
     if allowed is not None:
         # Excluded before any arithmetic: a NaN or a huge stale score in a masked slot is gone.
         np.copyto(s, -np.inf, where=~allowed)
-    finite_ref = np.where(np.isfinite(ref), ref, c(np.inf))  # −inf rows: every entry → −inf
+    # −inf rows (nothing allowed): every entry → −inf, so 0. A NaN max (the caller's NaN score
+    # in an allowed slot, check_finite=False) stays NaN, and so does its row: never "no key".
+    finite_ref = np.where(ref == -np.inf, c(np.inf), ref)
     s -= finite_ref[..., None, :]
     s *= c(LOG2E)  # exp(x) = 2^(x·log2 e): NumPy's exp2 is ~2× faster than its exp
     if s.size and s.min() < floor:  # only then can a weight fall below 2^floor (NaN-safe)
