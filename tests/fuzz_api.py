@@ -162,6 +162,17 @@ def dense_mask(spec, batch, hq, nq, nk) -> np.ndarray:
         qid = np.broadcast_to(qid, (*batch, nq)).reshape(nb, nq)
         kid = np.broadcast_to(kid, (*batch, nk)).reshape(nb, nk)
         return np.broadcast_to((qid[:, :, None] == kid[:, None, :])[:, None], (nb, hq, nq, nk))
+    if kind == "packed_causal":  # each document causal from its own bottom-right corner
+        _, qlens, klens, before = spec
+        ok = np.zeros((nq, nk), bool)
+        q0 = k0 = 0
+        for a, c in zip(qlens, klens, strict=True):
+            for r in range(a):
+                p = r + c - a  # local key position of local query r (< 0: sees no key)
+                for j in range(c):
+                    ok[q0 + r, k0 + j] = j <= p and (before is None or j >= p - before)
+            q0, k0 = q0 + a, k0 + c
+        return np.broadcast_to(ok, (nb, hq, nq, nk))
     if kind in ("allow", "deny"):
         arr = np.broadcast_to(spec[1], (*batch, hq, nq, nk)).reshape(nb, hq, nq, nk)
         return arr if kind == "allow" else ~arr
@@ -189,6 +200,8 @@ def build_mask(spec):
         return qkv.padding(spec[1], spec[2])
     if kind == "documents":
         return qkv.documents(spec[1], spec[2])
+    if kind == "packed_causal":
+        return qkv.packed_causal(spec[1], spec[2], before=spec[3])
     if kind == "allow":
         return qkv.allow(spec[1])
     if kind == "deny":
@@ -399,7 +412,8 @@ def lengths(draw, batch, n, optional=True):
 @st.composite
 def draw_mask(draw, batch, hq, nq, nk, depth=0):
     kinds = (["none"] if depth == 0 else []) + [
-        "causal", "window", "prefix", "padding", "documents", "allow", "deny", "predicate"] + (
+        "causal", "window", "prefix", "padding", "documents", "packed_causal", "allow", "deny",
+        "predicate"] + (
         ["and", "or", "not"] if depth < 2 else [])
     kind = draw(st.sampled_from(kinds))
     aligned = batch != () and draw(st.booleans())
@@ -425,6 +439,12 @@ def draw_mask(draw, batch, hq, nq, nk, depth=0):
                               dtype=np.int64))
         return ("documents", np.broadcast_to(qid, (*batch, nq)).copy(),
                 np.broadcast_to(kid, (*batch, nk)).copy())
+    if kind == "packed_causal":  # Nq and Nk cut into the same number of documents
+        docs = draw(st.integers(1, 3))
+        cuts = [sorted(draw(st.lists(st.integers(0, n), min_size=docs - 1, max_size=docs - 1)))
+                for n in (nq, nk)]
+        qlens, klens = (np.diff([0, *c, n]) for c, n in zip(cuts, (nq, nk), strict=True))
+        return ("packed_causal", qlens, klens, draw(st.one_of(st.none(), st.integers(0, 4))))
     if kind in ("allow", "deny"):
         shape = draw(st.sampled_from([(nq, nk), (hq, nq, nk), (*batch, hq, nq, nk),
                                       (*batch, 1, nq, nk)]))
