@@ -8,7 +8,7 @@ import { state, writeURL } from "../core/state.js";
 
 export const name = "cost";
 export const READS = {
-  "/api/cost": ["n", "d", "entries", "flops_dense", "flops_qkv", "naive_bytes", "qkv_bytes",
+  "/api/cost": ["n", "d", "mask", "entries", "flops_dense", "flops_qkv", "naive_bytes", "qkv_bytes",
     "tile", "workers", "tiles.empty", "tiles.partial", "tiles.full", "tiles.total", "grid",
     "mask_description"],
   "/api/cost/growth": ["live.methods.method", "live.methods.points.n",
@@ -92,7 +92,28 @@ function render(data) {
     scrollBox([table], "sizes, work and memory"),
     el("h4", {}, `the kernel's tiles for this mask (${data.mask_description}), from qkv.engine.block_map`),
     canvas, key);
+  renderTask(data);
   announce(`n ${data.n}: ${big(data.entries)} scores; naive memory ${bytes(data.naive_bytes)}, qkv ${bytes(data.qkv_bytes)}; ${t.empty} of ${t.total} tiles skipped`);
+}
+
+const SKIP = 0.8; // the task: qkv skips at least this share of the kernel's tiles
+
+/** "Find a mask and an n where qkv skips at least 80% of the tiles", from the tile counts. */
+function renderTask(data) {
+  const box = $('[data-testid="task-skip"]');
+  const t = data.tiles;
+  const share = t.empty / t.total;
+  const which = data.mask === "none" ? "no mask" : `the ${data.mask} mask`;
+  const said = `with ${which} at n = ${data.n.toLocaleString("en")}, qkv skips ` +
+    `${t.empty.toLocaleString("en")} of ${t.total.toLocaleString("en")} tiles ` +
+    `(${(100 * share).toFixed(1)}%)`;
+  const done = share >= SKIP;
+  box.classList.toggle("done", done);
+  box.textContent = done
+    ? `✓ ${said[0].toUpperCase()}${said.slice(1)}: its work is ${big(data.flops_qkv)} flops ` +
+      `instead of ${big(data.flops_dense)}.`
+    : `Not yet: ${said}; the task needs at least ${100 * SKIP}%` +
+      (t.total === 1 ? ": at this n the whole grid is one tile, so nothing can be skipped." : ".");
 }
 
 export function mount(section) {

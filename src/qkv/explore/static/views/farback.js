@@ -205,7 +205,34 @@ function render(d) {
     el("div", { "data-testid": "far-words" }, sentences(d).map((s) => el("p", {}, s))));
   // on a narrow screen the plot scrolls: start with the event in view
   plot.scrollLeft = ((d.window - d.event.lag) / d.window) * plot.scrollWidth - plot.clientWidth / 2;
+  renderTask(d);
   announce(sentences(d).join(" "));
+}
+
+const FAR = 150; // the task: the event at least this many steps back
+
+/** "With the event far back, make recency and the GRU wrong while attention stays right", from
+ * the event's lag, each model's answer and the truth. */
+function renderTask(d) {
+  const box = $('[data-testid="task-far"]');
+  const said = (k) => `${LABEL[k]} answers ${signText(d.models[k].prediction)} ` +
+    `(${d.models[k].correct ? "right" : "wrong"}, P(+) = ${fmt(d.models[k].p_plus, 3)})`;
+  const answers = KINDS.map(said).join(", ");
+  const where = `the event is ${d.event.lag} steps back, sign ${signText(d.event.sign)}`;
+  const far = d.event.lag >= FAR;
+  const m = d.models;
+  const done = far && m.attention.correct && !m.recency.correct && !m.gru.correct;
+  box.classList.toggle("done", done);
+  if (done) {
+    box.textContent = `✓ ${where[0].toUpperCase()}${where.slice(1)}: ${answers}.`;
+    return;
+  }
+  const need = [];
+  if (!far) need.push(`move it to lag ${FAR} or more`);
+  if (!m.attention.correct) need.push("attention must stay right");
+  const right = ["recency", "gru"].filter((k) => m[k].correct).map((k) => LABEL[k]);
+  if (right.length) need.push(`${right.join(" and ")} must answer wrong`);
+  box.textContent = `Not yet: ${where}; ${answers}. Still: ${need.join("; ")}.`;
 }
 
 function renderCurves(c) {

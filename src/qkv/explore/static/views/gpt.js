@@ -34,6 +34,7 @@ const predictChannel = new Channel(name, "/api/gpt/predict", (data) => {
   renderPrompt();
   renderHeads();
   renderNext();
+  renderTask();
 });
 const generateChannel = new Channel(name, "/api/gpt/generate", renderGeneration);
 const rolesChannel = new Channel(name, "/api/gpt/roles", (data) => {
@@ -169,6 +170,23 @@ function renderNext() {
         el("th", { scope: "col" }, `head ${h}`))]), ...cells]));
   announce(`most likely next character ${show1(last.next.chars[0])}, ` +
     `${fmt(last.next.probs[0] * 100, 1)}%`);
+}
+
+const SURE = 0.9; // the task: the most likely next character gets more than this
+
+/** "Find a prompt where the most likely next character gets over 90% at temperature 1", from
+ * the returned next-character probabilities and their temperature. */
+function renderTask() {
+  const box = $('[data-testid="task-sure"]');
+  const c = last.next.chars[0], p = last.next.probs[0];
+  const said = `after “${last.chars.map(show1).join("")}” the most likely next character, ` +
+    `“${show1(c)}”, gets ${fmt(p * 100, 1)}% at T = ${fmt(last.temperature, 2)}`;
+  const atOne = last.temperature === 1;
+  const done = atOne && p > SURE;
+  box.classList.toggle("done", done);
+  box.textContent = done ? `✓ ${said[0].toUpperCase()}${said.slice(1)}.`
+    : `Not yet: ${said}` + (atOne ? `; the task needs more than ${100 * SURE}%.`
+      : `; the task counts only T = 1 (a lower temperature sharpens every prompt's bars).`);
 }
 
 let generation = null;

@@ -84,9 +84,35 @@ function render(data) {
       fixedSide(data),
     ]));
   shown = data;
+  renderTask(data);
   if (curves) renderCurves(curves);
   announce(`attention model: ${data.attention.correct} of ${data.attention.length} right; ` +
     `fixed context: ${data.fixed.correct} of ${data.fixed.length}`);
+}
+
+const SHORT = 12; // the task: an input of at most this many symbols
+
+/** "Find a short input attention reverses perfectly and the fixed context vector gets wrong",
+ * from both models' counts of right symbols. */
+function renderTask(data) {
+  const box = $('[data-testid="task-s2s"]');
+  const a = data.attention, f = data.fixed;
+  const n = data.input.length;
+  const said = `on “${data.input}” (${n} symbol${n === 1 ? "" : "s"}) attention gets ` +
+    `${a.correct} of ${a.length} right, the fixed context vector ${f.correct} of ${f.length}`;
+  const short = n <= SHORT;
+  const done = short && a.correct === a.length && f.correct < f.length;
+  box.classList.toggle("done", done);
+  if (done) {
+    box.textContent = `✓ ${said[0].toUpperCase()}${said.slice(1)}: with only ${n} symbols the ` +
+      `one vector already loses ${f.length - f.correct}, while attention reads each position.`;
+    return;
+  }
+  const why = [];
+  if (!short) why.push(`it is longer than ${SHORT} symbols`);
+  if (a.correct < a.length) why.push("attention is not perfect on it");
+  if (f.correct === f.length) why.push("the fixed context vector gets it all right");
+  box.textContent = `Not yet: ${said} — ${why.join(", and ")}.`;
 }
 
 /** The fixed model has no weights over the input: every output step reads the same vector hn
