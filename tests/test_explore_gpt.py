@@ -5,6 +5,7 @@ grid), the page is clean, fits a phone and passes axe."""
 from __future__ import annotations
 
 import json
+import urllib.request
 
 import numpy as np
 import pytest
@@ -32,6 +33,30 @@ def _open(pg, extra=None):
     pg.wait_for_selector("[data-testid='gpt-cell-0-0'], [data-testid='error']:visible",
                          timeout=120_000)
     idle(pg)
+
+
+def _predict(pg, prompt: str, temperature: float) -> dict:
+    """The server's /api/gpt/predict answer, as the page asked it."""
+    body = json.dumps({"prompt": prompt, "temperature": temperature}).encode()
+    request = urllib.request.Request(pg.base.rstrip("/") + "/api/gpt/predict", body,
+                                     {"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=120) as answer:
+        return json.loads(answer.read())
+
+
+def _assert_task(pg, answer: dict) -> bool:
+    """The task box says done exactly when the top next character gets over 90% at T = 1, and
+    names that character, its probability and the temperature; returns whether it is done."""
+    box = pg.get_by_test_id("task-sure")
+    p, c, t = answer["next"]["probs"][0], answer["next"]["chars"][0], answer["temperature"]
+    done = t == 1 and p > 0.9
+    text = box.text_content()
+    assert ("done" in (box.get_attribute("class") or "").split()) == done, text
+    assert text.startswith("✓ " if done else "Not yet: "), text
+    shown_c = {"\n": "⏎", " ": "␣"}.get(c, c)
+    assert f"the most likely next character, “{shown_c}”, gets {100 * p:.1f}% at T = {t:.2f}" \
+        in text, text
+    return done
 
 
 def _shot(pg, name):
@@ -93,6 +118,15 @@ def test_the_gpt_view_shows_qkvs_numbers(page, shipped):  # noqa: F811
         roles)
     page.get_by_test_id("gpt-role-3-0").click()
     assert "layer 3 · head 0" in page.get_by_test_id("gpt-role-title").text_content()
+    # the task: the top next character over 90% at T = 1 (not at T = 0.5, nor for PROMPT)
+    assert not _assert_task(page, _predict(page, PROMPT, 0.5))
+    page.get_by_test_id("gpt-temperature").fill("1")
+    idle(page)
+    assert not _assert_task(page, _predict(page, PROMPT, 1.0))
+    page.get_by_test_id("gpt-prompt").fill("MENENIU")  # the model has seen MENENIUS often
+    page.get_by_test_id("gpt-run").click()
+    idle(page)
+    assert _assert_task(page, _predict(page, "MENENIU", 1.0))
     assert_page_clean(page)
     assert axe_serious(page) == []
     _shot(page, "gpt.png")

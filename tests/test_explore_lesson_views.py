@@ -99,6 +99,39 @@ def features_of(answer: dict) -> np.ndarray:
     return x[None].astype(np.float32)
 
 
+def task_shown(page, testid: str) -> tuple[bool, str]:
+    """A guided task's verdict as shown: (marked done?, its sentence)."""
+    box = page.get_by_test_id(testid)
+    return "done" in (box.get_attribute("class") or "").split(), box.text_content()
+
+
+def assert_verdict(page, testid: str, done: bool, *said: str) -> None:
+    """The task box says done exactly when the numbers imply it, and names those numbers."""
+    shown_done, text = task_shown(page, testid)
+    assert shown_done == done and text.startswith("✓ " if done else "Not yet: "), text
+    for part in said:
+        assert part in text, (part, text)
+
+
+def sign_of(s: int) -> str:
+    return "+" if s > 0 else "−"
+
+
+def assert_far_task(page, answer: dict) -> None:
+    """View 8's task, judged here from the API's answer: the event 150 or more steps back,
+    attention right, recency and the GRU wrong."""
+    m = answer["models"]
+    done = (answer["event"]["lag"] >= 150 and m["attention"]["correct"]
+            and not m["recency"]["correct"] and not m["gru"]["correct"])
+    label = {"attention": "attention", "recency": "recency (learned decay)", "gru": "GRU"}
+    assert_verdict(page, "task-far", done,
+                   f"he event is {answer['event']['lag']} steps back, sign "
+                   f"{sign_of(answer['event']['sign'])}",
+                   *(f"{label[k]} answers {sign_of(m[k]['prediction'])} ("
+                     f"{'right' if m[k]['correct'] else 'wrong'}, P(+) = {m[k]['p_plus']:.3f})"
+                     for k in KINDS))
+
+
 def check_everywhere(page) -> None:
     assert_page_clean(page)
     assert axe_serious(page) == []
@@ -129,6 +162,8 @@ def test_far_back_view_shows_what_the_models_compute(desk):
         np.array([weights[f"far-w-{W - i}"][0] for i in range(W)], np.float32), w)
     words = desk.get_by_test_id("far-words").text_content()
     assert f"at lag {int(s.lag[0])} " in words
+    assert_far_task(desk, api(desk, "/api/farback", far_state(desk)))
+    assert not task_shown(desk, "task-far")[0]  # the event is only 68 steps back
     check_everywhere(desk)
     shot(desk, "farback.png")
 
@@ -143,12 +178,17 @@ def test_far_back_view_shows_what_the_models_compute(desk):
     assert_far_shows(desk, answer)
     desk.get_by_test_id("far-lag").fill("200")
     idle(desk)
+    before = api(desk, "/api/farback", far_state(desk))
+    assert_far_task(desk, before)
     desk.get_by_test_id("far-sign").click()
     idle(desk)
     answer = api(desk, "/api/farback", far_state(desk))
     assert answer["event"]["lag"] == 200 and far_state(desk)["event_sign"] == \
         answer["event"]["sign"]
     assert_far_shows(desk, answer)
+    assert_far_task(desk, answer)
+    # seed 0, lag 200, sign −, distractors on lags 1–8: attention right, recency and GRU wrong
+    assert task_shown(desk, "task-far")[0]
     check_everywhere(desk)
 
     # bad input: the server's 422 in the banner, the old result marked stale
@@ -201,6 +241,20 @@ def test_cost_view_times_n_live_and_shipped_with_scalings_slopes(desk):
         assert f"{longest:.3f}" in buys
     check_everywhere(desk)
     shot(desk, "cost-growth.png")
+    # the task: a mask and an n where qkv skips at least 80% of the tiles
+    states = [("causal", 12), ("window", 12), ("window", 13)]
+    for mask, exponent in states:
+        desk.get_by_test_id("cost-mask").select_option(mask)
+        desk.get_by_test_id("cost-n").fill(str(exponent))
+        idle(desk)
+        answer = api(desk, "/api/cost", {"n": 2 ** exponent, "mask": mask})
+        t = answer["tiles"]
+        share = t["empty"] / t["total"]
+        assert_verdict(desk, "task-skip", share >= 0.8,
+                       f"ith the {mask} mask at n = {2 ** exponent:,}, qkv skips "
+                       f"{t['empty']:,} of {t['total']:,} tiles ({100 * share:.1f}%)")
+    assert task_shown(desk, "task-skip")[0]  # window at n = 8,192 skips 422 of 512
+    check_everywhere(desk)
 
 
 # -- encoder–decoder: accuracy by length, and the bottleneck at first look -----------------------
@@ -225,12 +279,42 @@ def test_encoder_decoder_shows_the_bottleneck_first_and_the_held_out_curve(desk)
         for i, bucket in enumerate(curves["models"][kind]):
             assert shown(desk, f"s2s-acc-{kind}-{i}")[f"s2s-acc-{kind}-{i}"][0] == \
                 bucket["token_accuracy"]
+    assert_s2s_task(desk, api(desk, "/api/seq2seq", {"input": text}))
+    assert not task_shown(desk, "task-s2s")[0]  # 40 symbols: longer than 12
     check_everywhere(desk)
     shot(desk, "seq2seq-curves.png")
     desk.get_by_test_id("seq2seq-short").click()
     idle(desk)
     assert desk.get_by_test_id("seq2seq-input").input_value() == curves["long_example"][:8]
+    assert_s2s_task(desk, api(desk, "/api/seq2seq", {"input": curves["long_example"][:8]}))
     check_everywhere(desk)
+    # the task done: the longest prefix of at most 12 symbols that splits the two models
+    for k in range(12, 3, -1):
+        answer = api(desk, "/api/seq2seq", {"input": text[:k]})
+        if s2s_task_done(answer):
+            break
+    else:
+        pytest.fail("no prefix of the default input of 4–12 symbols splits the two models")
+    desk.get_by_test_id("seq2seq-input").fill(text[:k])
+    desk.get_by_test_id("seq2seq-run").click()
+    idle(desk)
+    assert_s2s_task(desk, answer)
+    assert task_shown(desk, "task-s2s")[0]
+    check_everywhere(desk)
+
+
+def s2s_task_done(answer: dict) -> bool:
+    a, f = answer["attention"], answer["fixed"]
+    return len(answer["input"]) <= 12 and a["correct"] == a["length"] and f["correct"] < f["length"]
+
+
+def assert_s2s_task(page, answer: dict) -> None:
+    """View 7's task, judged here from the API's answer."""
+    a, f = answer["attention"], answer["fixed"]
+    assert_verdict(page, "task-s2s", s2s_task_done(answer),
+                   f"n “{answer['input']}” ({len(answer['input'])} symbols) attention gets "
+                   f"{a['correct']} of {a['length']} right, the fixed context vector "
+                   f"{f['correct']} of {f['length']}")
 
 
 @pytest.mark.parametrize("view, ready, name", [
