@@ -118,6 +118,9 @@ def test_the_gpt_view_shows_qkvs_numbers(page, shipped):  # noqa: F811
         roles)
     page.get_by_test_id("gpt-role-3-0").click()
     assert "layer 3 · head 0" in page.get_by_test_id("gpt-role-title").text_content()
+    assert_page_clean(page)
+    assert axe_serious(page) == []
+    _shot(page, "gpt.png")
     # the task: the top next character over 90% at T = 1 (not at T = 0.5, nor for PROMPT)
     assert not _assert_task(page, _predict(page, PROMPT, 0.5))
     page.get_by_test_id("gpt-temperature").fill("1")
@@ -128,8 +131,6 @@ def test_the_gpt_view_shows_qkvs_numbers(page, shipped):  # noqa: F811
     idle(page)
     assert _assert_task(page, _predict(page, "MENENIU", 1.0))
     assert_page_clean(page)
-    assert axe_serious(page) == []
-    _shot(page, "gpt.png")
 
 
 def test_the_gpt_view_fits_a_phone(phone):  # noqa: F811

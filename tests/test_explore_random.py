@@ -43,7 +43,14 @@ from test_explore_browser import (
     shown_matrix,
 )
 from test_explore_lesson_views import api as lesson_api
-from test_explore_lesson_views import assert_far_shows, assert_growth_shows, far_state
+from test_explore_lesson_views import (
+    assert_far_shows,
+    assert_far_task,
+    assert_growth_shows,
+    assert_s2s_task,
+    assert_skip_task,
+    far_state,
+)
 from test_explore_views import _page
 
 SEED = 21
@@ -451,7 +458,9 @@ def verify_farback(page) -> None:
     and those are the shipped models' (assert_far_shows)."""
     if error_shown(page):
         return
-    assert_far_shows(page, lesson_api(page, "/api/farback", far_state(page)))
+    answer = lesson_api(page, "/api/farback", far_state(page))
+    assert_far_shows(page, answer)
+    assert_far_task(page, answer)  # the task's verdict, judged from the same answer
 
 
 @interaction("farback", verify=verify_farback)
@@ -494,8 +503,9 @@ def act_farback(page, rng: random.Random) -> str:
 def verify_cost(page) -> None:
     if error_shown(page):
         return
-    n = json.loads(url_state(page)["more"])["cost"]["n"]
-    assert shown(page, "cost-entries")["cost-entries"][0] == n * n
+    cost = json.loads(url_state(page)["more"])["cost"]
+    assert shown(page, "cost-entries")["cost-entries"][0] == cost["n"] ** 2
+    assert_skip_task(page, lesson_api(page, "/api/cost", {"n": cost["n"], "mask": cost["mask"]}))
     if page.get_by_test_id("growth-slopes").count():
         assert_growth_shows(page)
 
@@ -532,6 +542,7 @@ def verify_seq2seq(page) -> None:
     got, _ = shown_matrix(page, "attention-w", len(text), len(text))
     np.testing.assert_array_equal(got, np.asarray(weights["attention"], np.float64))
     assert shown(page, "fixed-w-") == {}  # one context vector, no weights over the input
+    assert_s2s_task(page, lesson_api(page, "/api/seq2seq", {"input": text}))
 
 
 @interaction("seq2seq", verify=verify_seq2seq)
