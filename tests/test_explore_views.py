@@ -155,8 +155,9 @@ def test_tabs_move_with_the_arrow_keys(page):
     page.keyboard.press("ArrowLeft")
     page.keyboard.press("ArrowLeft")
     idle(page)
-    assert page.get_by_test_id("view-model").is_visible()
-    assert page.evaluate("document.activeElement.dataset.testid") == "tab-model"
+    # wraps around to the last tab
+    assert page.get_by_test_id("view-gpt").is_visible()
+    assert page.evaluate("document.activeElement.dataset.testid") == "tab-gpt"
 
 
 # -- projections ---------------------------------------------------------------------------------

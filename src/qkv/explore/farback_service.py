@@ -16,6 +16,7 @@ import threading
 import numpy as np
 
 from .errors import InputError
+from .shipped import Unavailable, load_once
 
 _lock = threading.Lock()
 _models: dict[str, object] = {}
@@ -25,22 +26,20 @@ BLOCK_SIZE = (3.0, 8.0)  # its distractor blocks
 BIG = 3.0  # a trade of size ≥ this is a block trade
 
 
-class FarbackUnavailable(Exception):
+class FarbackUnavailable(Unavailable):
     """The far-back checkpoints are missing or unreadable (HTTP 503)."""
 
 
 def load(kind: str):
     """``qkv.tasks.farback.load_pretrained(kind)``, loaded once; FarbackUnavailable if absent."""
-    with _lock:
-        if kind not in _models:
-            from qkv.tasks import farback
 
-            try:
-                _models[kind] = farback.load_pretrained(kind)
-            except (OSError, ValueError) as exc:
-                raise FarbackUnavailable(f"the far-back view cannot load the {kind} checkpoint: "
-                                         f"{exc}") from exc
-        return _models[kind]
+    def loader():
+        from qkv.tasks import farback
+
+        return farback.load_pretrained(kind)
+
+    return load_once(_models, kind, f"the far-back view (its shipped {kind} checkpoint)", loader,
+                     FarbackUnavailable)
 
 
 def models() -> dict:

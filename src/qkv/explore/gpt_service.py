@@ -7,34 +7,30 @@ the explorer keeps working.
 
 from __future__ import annotations
 
-import threading
 from functools import lru_cache
 
 import numpy as np
 
 from .errors import InputError
+from .shipped import Unavailable, load_once
 
-_lock = threading.Lock()
 _loaded: dict[str, object] = {}
 TOP = 10  # next-character bars
 
 
-class GPTUnavailable(Exception):
+class GPTUnavailable(Unavailable):
     """The shipped GPT cannot be loaded (HTTP 503)."""
 
 
 def load():
     """``(model, tokenizer)`` of ``qkv.tasks.gpt.load_pretrained()``, loaded once."""
-    with _lock:
-        if "model" not in _loaded:
-            try:
-                from qkv.tasks import gpt
 
-                _loaded["model"] = gpt.load_pretrained()
-            except (ImportError, OSError, ValueError) as exc:
-                raise GPTUnavailable(f"the GPT view cannot load the shipped model: {exc}") \
-                    from exc
-        return _loaded["model"]
+    def loader():
+        from qkv.tasks import gpt
+
+        return gpt.load_pretrained()
+
+    return load_once(_loaded, "model", "the GPT view (its shipped model)", loader, GPTUnavailable)
 
 
 def _ids(tok, prompt: str, context: int) -> np.ndarray:

@@ -199,4 +199,5 @@ class Evidence(BaseModel):
 class GrowthResponse(BaseModel):
     live: LiveRun
     shipped: ShippedRun
-    evidence: Evidence
+    evidence: Evidence | None  # None: the shipped models cannot be loaded here
+    evidence_missing: str | None = None  # why not, and the line that installs what is missing

@@ -14,38 +14,27 @@ import threading
 import numpy as np
 
 from .errors import InputError
+from .shipped import Unavailable, load_once
 
 _lock = threading.Lock()
 _models: dict[str, object] = {}
 LETTERS = string.ascii_lowercase
 
 
-class Seq2SeqUnavailable(Exception):
+class Seq2SeqUnavailable(Unavailable):
     """The seq2seq module or its checkpoints are missing (HTTP 503)."""
 
 
 def load(kind: str):
     """``qkv.tasks.seq2seq.load_pretrained(kind)``, loaded once; Seq2SeqUnavailable if absent."""
-    with _lock:
-        if kind not in _models:
-            from qkv._install import missing, missing_message
 
-            if missing("safetensors"):  # checked first: its ImportError would be a 500
-                raise Seq2SeqUnavailable(missing_message(
-                    "the encoder–decoder view (its shipped checkpoints)", ["safetensors"]))
-            try:
-                from qkv.tasks import seq2seq
-            except ImportError as exc:
-                raise Seq2SeqUnavailable(
-                    "the encoder–decoder view needs qkv.tasks.seq2seq and its shipped "
-                    f"checkpoints, which this install of qkv does not have ({exc})") from exc
-            try:
-                _models[kind] = seq2seq.load_pretrained(kind)
-            except (AttributeError, OSError, ValueError) as exc:
-                raise Seq2SeqUnavailable(
-                    f"the encoder–decoder view cannot load the {kind} seq2seq checkpoint: "
-                    f"{exc}") from exc
-        return _models[kind]
+    def loader():
+        from qkv.tasks import seq2seq
+
+        return seq2seq.load_pretrained(kind)
+
+    return load_once(_models, kind, f"the encoder–decoder view (its shipped {kind} checkpoint)",
+                     loader, Seq2SeqUnavailable)
 
 
 def symbols_of(text: str, n_symbols: int) -> np.ndarray:
