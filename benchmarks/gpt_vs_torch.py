@@ -5,7 +5,7 @@
 
 The same model (4 layers, 4 heads, 128 wide, context 64, batch 12, AdamW, lr warmup + cosine
 over 2,000 steps, no dropout; :mod:`qkv.tasks.gpt`), the same initial weights (torch's copy is
-made from qkv's, :func:`qkv.tasks.gpt_torch.from_qkv`) and the same batches (generator
+made from qkv's, ``benchmarks/gpt_torch.py``'s ``from_qkv``) and the same batches (generator
 ``[seed, 1]``). The two runs are interleaved in chunks of ``--chunk`` steps so that a competing
 load falls on both. Printed: the validation loss each reaches (whole validation text, as
 :func:`qkv.tasks.gpt.validation_loss`), the loss curve on the fixed evaluation windows, and the
@@ -25,9 +25,10 @@ import time
 def main(argv=None) -> int:
     import torch
 
+    import gpt_torch  # beside this script
     from qkv.engine.threads import single_threaded_blas
     from qkv.tasks import corpus as corpus_mod
-    from qkv.tasks import gpt, gpt_torch
+    from qkv.tasks import gpt
 
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -4,6 +4,8 @@ checkpoints and the corpus."""
 from __future__ import annotations
 
 import dataclasses
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,7 +16,9 @@ from qkv.tasks import corpus as corpus_mod
 from qkv.tasks import gpt
 
 torch = pytest.importorskip("torch")
-gpt_torch = pytest.importorskip("qkv.tasks.gpt_torch")
+# the torch twin lives beside the benchmark it is the peer of, outside the package
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+import gpt_torch  # noqa: E402
 
 TINY = gpt.GPTConfig(n_layer=2, n_head=2, n_embd=16, block_size=8, vocab_size=11, batch=3,
                      steps=6, warmup=2, decay_steps=6, eval_every=3, eval_windows=4, seed=3)

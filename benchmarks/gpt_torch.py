@@ -1,5 +1,6 @@
-"""The same GPT written in torch (nanoGPT's ``model.py``, with biases and the tanh GELU), for
-``benchmarks/gpt_vs_torch.py`` and the gradient tests. Needs torch; qkv itself never does.
+"""The same GPT as :mod:`qkv.tasks.gpt`, written in torch (nanoGPT's ``model.py``, with biases
+and the tanh GELU): the benchmark peer of ``benchmarks/gpt_vs_torch.py`` and the oracle of
+tests/test_gpt.py. It lives here, outside the package: qkv never needs torch.
 
 :func:`from_qkv` copies a :class:`qkv.tasks.gpt.GPT`'s weights into it (``nn.Linear`` stores
 ``W`` as ``(d_out, d_in)``, the transpose of qkv's row convention), so both start from the same
@@ -16,7 +17,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from .gpt import GPT, GPTConfig, get_batch
+from qkv.tasks.gpt import GPT, GPTConfig, get_batch
 
 
 class Block(nn.Module):
