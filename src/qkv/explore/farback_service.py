@@ -38,7 +38,7 @@ def load(kind: str):
 
         return farback.load_pretrained(kind)
 
-    return load_once(_models, kind, f"the far-back view (its shipped {kind} checkpoint)", loader,
+    return load_once(_models, kind, "the far-back view (its shipped checkpoints)", loader,
                      FarbackUnavailable)
 
 

@@ -33,7 +33,7 @@ def load(kind: str):
 
         return seq2seq.load_pretrained(kind)
 
-    return load_once(_models, kind, f"the encoder–decoder view (its shipped {kind} checkpoint)",
+    return load_once(_models, kind, "the encoder–decoder view (its shipped checkpoints)",
                      loader, Seq2SeqUnavailable)
 
 
