@@ -127,3 +127,22 @@ def axe_serious(page) -> list[str]:
     return [f"{v['id']}: {v['help']} ({len(v['nodes'])} nodes: "
             f"{[n['target'] for n in v['nodes'][:3]]})"
             for v in results.response["violations"] if v["impact"] in ("serious", "critical")]
+
+
+def block_outside(context, *allowed: str) -> list[str]:
+    """Abort every request of ``context`` whose URL starts with none of ``allowed`` (the
+    server's origin, "data:", …); returns the list the blocked URLs are appended to, which a
+    test asserts empty: the page must work offline."""
+    outside: list[str] = []
+
+    def only_local(route):
+        url = route.request.url
+        if url.startswith(allowed):
+            route.continue_()
+        else:
+            outside.append(url)
+            route.abort()
+
+    context.route("**/*", only_local)
+    return outside
+

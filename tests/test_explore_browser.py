@@ -15,6 +15,7 @@ import pytest
 from playwright import sync_api
 
 import qkv
+from page_checks import block_outside
 from test_explore_live import cli_server
 
 CHROMIUM = "/usr/bin/chromium"
@@ -50,16 +51,8 @@ def page(browser, server_url):
     (the page must work offline); so does any console error or uncaught exception."""
     origin = server_url.rstrip("/")
     context = browser.new_context(viewport={"width": 1400, "height": 1000})
-    outside, problems = [], []
-
-    def only_local(route):
-        if route.request.url.startswith(origin) or route.request.url.startswith("data:"):
-            route.continue_()
-        else:
-            outside.append(route.request.url)
-            route.abort()
-
-    context.route("**/*", only_local)
+    problems = []
+    outside = block_outside(context, origin, "data:")
     pg = context.new_page()
     pg.set_default_timeout(TIMEOUT_MS)
     pg.on("pageerror", lambda exc: problems.append(f"page error: {exc}"))

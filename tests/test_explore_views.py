@@ -14,6 +14,7 @@ import pytest
 from playwright import sync_api
 
 import qkv
+from page_checks import block_outside
 from test_explore_browser import (
     CHROMIUM,
     CHROMIUM_ARGS,
@@ -52,17 +53,8 @@ def browser():
 def _page(browser, server_url, viewport):
     origin = server_url.rstrip("/")
     context = browser.new_context(viewport=viewport)
-    outside, problems = [], []
-
-    def only_local(route):
-        url = route.request.url
-        if url.startswith(origin) or url.startswith("data:"):
-            route.continue_()
-        else:
-            outside.append(url)
-            route.abort()
-
-    context.route("**/*", only_local)
+    problems = []
+    outside = block_outside(context, origin, "data:")
     pg = context.new_page()
     pg.set_default_timeout(TIMEOUT_MS)
     pg.on("pageerror", lambda exc: problems.append(f"page error: {exc}"))
