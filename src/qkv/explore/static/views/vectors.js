@@ -5,6 +5,7 @@ import { ApiError, Channel } from "../core/api.js";
 import { announce, el, fmt, parseVector, svg, svgPoint } from "../core/dom.js";
 import { showError } from "../core/errors.js";
 import { legend } from "../core/legend.js";
+import { fanOut } from "../core/fan.js";
 import { SEED_EXAMPLE, state, writeURL } from "../core/state.js";
 import { matrixTable } from "../core/table.js";
 
@@ -60,7 +61,6 @@ const LABEL_OFFSETS = {
   output: [-10, 20, "end"],
 };
 const NAME_OF = { query: "q", key: "k", value: "v" };
-const GRAB = 16; // px: handles closer than this would hide each other, so they fan out
 
 function arrowLine(kind, index, vec) {
   const [x1, y1] = toPx(0, 0);
@@ -97,45 +97,35 @@ function placeLabels(plane, labels) {
 }
 
 /** Draggable handles for the arrow heads. Heads at (nearly) the same point fan out around
- * it, each a visible knob with its name, so every vector stays reachable (q0 and k0 both start
- * at (1, 0) in the seeds' example). Each is a button for the keyboard: arrows move it. */
+ * it (core/fan.js), each a visible knob with its name, so every vector stays reachable (q0 and
+ * k0 both start at (1, 0) in the seeds' example). Each is a button for the keyboard: arrows
+ * move it. */
 function placeHandles(plane, items) {
-  const groups = [];
-  for (const item of items) {
-    const [x, y] = toPx(item.vec[0], item.vec.length > 1 ? item.vec[1] : 0);
-    const group = groups.find((g) => Math.hypot(g.x - x, g.y - y) < GRAB);
-    if (group) group.items.push(item);
-    else groups.push({ x, y, items: [item] });
-  }
-  for (const group of groups) {
-    const m = group.items.length;
-    group.items.forEach((item, n) => {
-      const angle = -Math.PI / 2 + (2 * Math.PI * n) / m;
-      const dx = m > 1 ? 20 * Math.cos(angle) : 0;
-      const dy = m > 1 ? 20 * Math.sin(angle) : 0;
-      const label = `${NAME_OF[item.kind]}${item.index}`;
-      const vec = item.vec.map((z) => fmt(z, 2)).join(", ");
-      const g = svg("g", {
-        cls: m > 1 ? "handle-group fanned" : "handle-group", tabindex: 0, role: "button",
-        "aria-label": `${item.kind} ${label} at (${vec}): drag, or use the arrow keys to move it`,
-        "data-kind": item.kind, "data-index": item.index, "data-dx": dx, "data-dy": dy,
-        "data-testid": `handle-${item.kind}-${item.index}`,
-      });
-      if (m > 1) {
-        g.append(svg("line", { x1: group.x, y1: group.y, x2: group.x + dx, y2: group.y + dy,
-          cls: "tether" }));
-      }
-      g.append(svg("circle", { cx: group.x + dx, cy: group.y + dy, r: m > 1 ? 8 : 10,
-        cls: `handle ${item.kind}`, "data-kind": item.kind, "data-index": item.index }));
-      if (m > 1) {
-        const t = svg("text", { x: group.x + dx, y: group.y + dy + 3.5, cls: "knob-label",
-          "text-anchor": "middle" });
-        t.textContent = label;
-        g.append(t);
-      }
-      plane.append(g);
+  const tips = items.map((item) => toPx(item.vec[0], item.vec.length > 1 ? item.vec[1] : 0));
+  const offsets = fanOut(tips);
+  items.forEach((item, n) => {
+    const [x, y] = tips[n];
+    const [dx, dy] = offsets[n];
+    const fanned = dx !== 0 || dy !== 0;
+    const label = `${NAME_OF[item.kind]}${item.index}`;
+    const vec = item.vec.map((z) => fmt(z, 2)).join(", ");
+    const g = svg("g", {
+      cls: fanned ? "handle-group fanned" : "handle-group", tabindex: 0, role: "button",
+      "aria-label": `${item.kind} ${label} at (${vec}): drag, or use the arrow keys to move it`,
+      "data-kind": item.kind, "data-index": item.index,
+      "data-testid": `handle-${item.kind}-${item.index}`,
     });
-  }
+    // a tether joins a fanned knob to its true tip
+    if (fanned) g.append(svg("line", { x1: x, y1: y, x2: x + dx, y2: y + dy, cls: "tether" }));
+    g.append(svg("circle", { cx: x + dx, cy: y + dy, r: fanned ? 8 : 10,
+      cls: `handle ${item.kind}`, "data-kind": item.kind, "data-index": item.index }));
+    if (fanned) {
+      const t = svg("text", { x: x + dx, y: y + dy + 3.5, cls: "knob-label", "text-anchor": "middle" });
+      t.textContent = label;
+      g.append(t);
+    }
+    plane.append(g);
+  });
 }
 
 function renderPlane() {
