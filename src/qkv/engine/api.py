@@ -80,8 +80,8 @@ def attention(q, k, v, mask=None, bias=None, scale=None, *, return_lse=False, ch
         never NaN. Scores that would overflow the dtype are refused with an error, so −inf
         always means "no key".
 
-    float32 is computed in float32, float64 in float64; float16 is converted tile by tile and
-    accumulated in float32. Memory beyond the inputs and output is O(tile² + (Nq + Nk)·D) per
+    float32 is computed in float32, float64 in float64; float16 is computed in float32 (k and v
+    converted once per call, queries tile by tile) and the result rounded back to float16. Memory beyond the inputs and output is O(tile² + (Nq + Nk)·D) per
     worker thread: the Nq × Nk matrix is never built.
     """
     require_v(v, "attention")
