@@ -11,9 +11,10 @@ import numpy as np
 import pytest
 
 from qkv import nn
+from qkv.engine.tiles import cpu_workers
 from qkv.tasks import checkpoint as ckpt
 from qkv.tasks import corpus as corpus_mod
-from qkv.tasks import gpt
+from qkv.tasks import gpt, training
 
 torch = pytest.importorskip("torch")
 # the torch twin lives beside the benchmark it is the peer of, outside the package
@@ -101,6 +102,44 @@ def test_a_seed_gives_the_same_run_and_resume_continues_bit_for_bit(tmp_path):
     other = gpt.GPTRun.fresh(dataclasses.replace(TINY, seed=4))
     other.train(1, corpus)
     assert not np.array_equal(other.model.params["wte.weight"], a.model.params["wte.weight"])
+
+
+def test_sharded_batches_give_the_unsharded_loss_and_gradients_float64():
+    """training.sharded_loss: the batch's rows in slices on threads, summed in a fixed order —
+    the whole batch's loss and gradients to float64 rounding (the shards' sums reassociate a
+    batch-sized sum: a few ulps at the largest gradient's size), and the same bits each time."""
+    config = dataclasses.replace(TINY, batch=5)
+    model = gpt.GPT(config, dtype=np.float64)
+    _randomise(model)
+    rng = np.random.default_rng(2)
+    x, y = (rng.integers(0, config.vocab_size, (5, config.block_size)) for _ in range(2))
+    loss, grads = model.loss(x, y)
+    for shards in (2, 3, 5):
+        s_loss, s_grads = training.sharded_loss(model.loss, x, y, shards)
+        assert s_grads.keys() == grads.keys() and abs(s_loss - loss) <= 8 * F64 * loss
+        for name, g in grads.items():
+            scale = max(1.0, float(np.abs(g).max()))
+            np.testing.assert_allclose(s_grads[name], g, rtol=0, atol=8 * F64 * scale,
+                                       err_msg=f"{name}, {shards} shards")
+        again = training.sharded_loss(model.loss, x, y, shards)
+        assert again[0] == s_loss and all(
+            np.array_equal(again[1][n], g) for n, g in s_grads.items())
+    assert training.sharded_loss(model.loss, x, y, 1)[0] == loss  # one shard: the call itself
+    for bad in (0, 6, 2.0, True):
+        with pytest.raises(ValueError, match=r"shards must be an int in \[1, 5\]"):
+            training.sharded_loss(model.loss, x, y, bad)
+
+
+def test_a_run_keeps_its_shard_count_through_a_checkpoint(tmp_path):
+    corpus = _tiny_corpus()
+    runs = [gpt.GPTRun.fresh(TINY) for _ in range(2)]
+    assert runs[0].shards == min(cpu_workers(), TINY.batch)
+    for run in runs:
+        run.shards = 3
+        run.train(2, corpus)
+    assert all(np.array_equal(p, runs[1].model.params[n]) for n, p in runs[0].model.params.items())
+    runs[0].save(tmp_path / "run.safetensors", corpus.tokenizer.chars)
+    assert gpt.GPTRun.load(tmp_path / "run.safetensors")[0].shards == 3
 
 
 def test_checkpoint_round_trip_weights_only_and_damage(tmp_path):

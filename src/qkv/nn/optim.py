@@ -4,6 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..engine import has_numba
+
+
+def _compiled():
+    from . import _compiled  # imports Numba: only once it is needed
+
+    return _compiled
+
 
 class Adam:
     """Updates a dict of parameter arrays **in place** from a dict of gradients.
@@ -14,6 +22,9 @@ class Adam:
     The moments are float64 whatever the parameters' dtype, so a float32 model's optimiser state
     is not the limit on its precision. ``state_dict()`` / ``load_state_dict()`` give flat named
     arrays (``m.<name>``, ``v.<name>``, ``step``), ready for a safetensors checkpoint.
+
+    With Numba, a float32/float64 parameter is updated by :func:`._compiled.adam_update` in one
+    pass (the same operations in the same order: bit for bit the NumPy update below).
     """
 
     def __init__(self, params: dict[str, np.ndarray], lr: float = 1e-3,
@@ -36,17 +47,17 @@ class Adam:
         self.t += 1
         b1, b2 = self.betas
         c1, c2 = 1 - b1**self.t, 1 - b2**self.t
+        update = _compiled().adam_update if has_numba() else numpy_adam_update
         for name, p in self.params.items():
-            g = np.asarray(grads[name], dtype=np.float64)
-            m, v = self.m[name], self.v[name]
-            m *= b1
-            m += (1 - b1) * g
-            v *= b2
-            v += (1 - b2) * g * g
-            update = (m / c1) / (np.sqrt(v / c2) + self.eps)
-            if self.weight_decay:
-                update = update + self.weight_decay * p
-            p -= (self.lr * update).astype(p.dtype)
+            g = np.asarray(grads[name])
+            if g.shape != p.shape:
+                raise ValueError(f"Adam.step: grads[{name!r}] has shape {g.shape}, expected the "
+                                 f"parameter's {p.shape}")
+            compiled = (p.dtype in (np.float32, np.float64) and p.flags.c_contiguous
+                        and p.flags.writeable)
+            (update if compiled else numpy_adam_update)(
+                p, g, self.m[name], self.v[name], betas=self.betas, c1=c1, c2=c2, eps=self.eps,
+                lr=self.lr, weight_decay=self.weight_decay)
 
     def state_dict(self) -> dict[str, np.ndarray]:
         state = {f"m.{n}": a for n, a in self.m.items()}
@@ -64,3 +75,19 @@ class Adam:
                                      f"{store[n].shape}")
                 store[n][...] = arr
         self.t = int(np.asarray(state["step"]).reshape(-1)[0])
+
+
+def numpy_adam_update(p, g, m, v, *, betas, c1, c2, eps, lr, weight_decay) -> None:
+    """One AdamW update of ``p`` and its float64 moments ``m``, ``v`` in place from the gradient
+    ``g``; ``c1``, ``c2`` are the bias corrections 1 − βᵢᵗ. (NumPy; see ``adam_update`` in
+    :mod:`._compiled` for the same update in one compiled pass.)"""
+    b1, b2 = betas
+    g = np.asarray(g, dtype=np.float64)
+    m *= b1
+    m += (1 - b1) * g
+    v *= b2
+    v += (1 - b2) * g * g
+    update = (m / c1) / (np.sqrt(v / c2) + eps)
+    if weight_decay:
+        update = update + weight_decay * p
+    p -= (lr * update).astype(p.dtype)

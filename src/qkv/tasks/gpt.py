@@ -20,9 +20,14 @@ run has ``bias=False``), and the MLP's GELU is GPT-2's tanh approximation (``gel
 nanoGPT uses the exact erf form, which costs ~50× more per element in NumPy).
 
 Randomness: initialisation from ``[seed]``, training batches from ``[seed, 1]`` (its state is
-saved in each checkpoint, so ``--resume`` continues bit for bit). The validation loss is
-:func:`validation_loss`: the mean cross-entropy over the whole validation text cut into
-consecutive windows of ``block_size`` characters — no sampling, so it is one exact figure.
+saved in each checkpoint, so ``--resume`` continues bit for bit). Each batch is computed in
+``shards`` slices on as many threads (:func:`~qkv.tasks.training.sharded_loss`; one per core
+the engine may use, ``QKV_NUM_THREADS`` sets it): a run is deterministic for a seed and a shard
+count, and the shard count is saved in each checkpoint so that a resumed run keeps it.
+
+The validation loss is :func:`validation_loss`: the mean cross-entropy over the whole
+validation text cut into consecutive windows of ``block_size`` characters — no sampling, so it
+is one exact figure.
 """
 
 from __future__ import annotations
@@ -37,12 +42,13 @@ import numpy as np
 
 from .. import masks
 from ..engine.threads import single_threaded_blas
+from ..engine.tiles import cpu_workers
 from ..nn import Adam, Embedding, KVCache, LayerNorm, TransformerBlock, softmax_cross_entropy
 from ..nn._base import Layer, as_rng, check_dtype, matmul_rows, outer_sum, prefixed
 from . import checkpoint as ckpt
 from .corpus import CharTokenizer, Corpus
 from .corpus import load as load_corpus
-from .training import clip_grad_norm, cosine_lr
+from .training import clip_grad_norm, cosine_lr, sharded_loss
 
 TASK = "gpt"
 PRETRAINED = Path(__file__).with_name("data") / "gpt-shakespeare.safetensors"
@@ -268,6 +274,13 @@ class GPTRun:
     step: int = 0
     elapsed: float = 0.0  # training seconds across resumes
     history: list[dict] = field(default_factory=list)  # {"step", "train", "val", "elapsed"}
+    # the batch's rows are split into this many shards computed on as many threads
+    # (training.sharded_loss): one per core the engine may use, at most one per row
+    shards: int = 0
+
+    def __post_init__(self):
+        if not self.shards:
+            self.shards = min(cpu_workers(), self.config.batch)
 
     @classmethod
     def fresh(cls, config: GPTConfig) -> GPTRun:
@@ -294,7 +307,7 @@ class GPTRun:
         ckpt.save(path, self._state(weights_only), {
             "task": TASK, "config": self.config.to_dict(), "chars": chars, "step": self.step,
             "rng": self.rng.bit_generator.state, "elapsed": self.elapsed,
-            "history": self.history, "weights_only": weights_only,
+            "history": self.history, "weights_only": weights_only, "shards": self.shards,
         })
 
     @classmethod
@@ -319,6 +332,7 @@ class GPTRun:
             ckpt.restore_rng(run.rng, meta["rng"])
             tok = CharTokenizer(meta["chars"])
         run.step, run.elapsed, run.history = meta["step"], meta["elapsed"], meta["history"]
+        run.shards = meta.get("shards", 1)  # a resumed run keeps its shards: bit for bit
         return run, tok
 
     # -- training ---------------------------------------------------------------------------
@@ -326,7 +340,7 @@ class GPTRun:
         """One AdamW step on a fresh batch of ``data``; returns the batch's loss."""
         c = self.config
         x, y = get_batch(data, self.rng, c.batch, c.block_size)
-        loss, grads = self.model.loss(x, y)
+        loss, grads = sharded_loss(self.model.loss, x, y, self.shards)
         clip_grad_norm(grads, c.grad_clip)
         lr = c.lr_at(self.step)
         for opt in self.opts:
@@ -392,6 +406,10 @@ def _check_header(meta: dict, shapes: ckpt.Shapes) -> None:
             or len(set(chars)) != len(chars)):
         raise ckpt.CheckpointError(f"chars must be {config.vocab_size} distinct characters")
     ckpt.check_progress(meta, ("train", "val"))
+    shards = meta.get("shards", 1)  # files written before sharding ran unsharded
+    if isinstance(shards, bool) or not isinstance(shards, int) or not 1 <= shards <= config.batch:
+        raise ckpt.CheckpointError(f"shards must be an int in [1, batch={config.batch}], got "
+                                   f"{shards!r}")
 
 
 def load(path) -> tuple[GPT, CharTokenizer, dict]:

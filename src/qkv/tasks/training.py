@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..engine import threads
 from ..engine.threads import single_threaded_blas
 from ..nn import Adam, softmax_cross_entropy
 from . import checkpoint as ckpt
@@ -166,6 +167,43 @@ def clip_grad_norm(grads: dict[str, np.ndarray], limit: float) -> float:
         for g in grads.values():
             g *= limit / norm
     return norm
+
+
+def sharded_loss(loss: Callable[[np.ndarray, np.ndarray], tuple[float, dict[str, np.ndarray]]],
+                 x: np.ndarray, y: np.ndarray, shards: int
+                 ) -> tuple[float, dict[str, np.ndarray]]:
+    """``loss(x, y)`` — a mean over the batch's rows ``x, y (B, …)`` and its gradients —
+    computed on ``shards`` consecutive slices of the rows, one Python thread each, and combined
+    as Σ (Bᵢ/B) · (lossᵢ, gradsᵢ).
+
+    Data parallelism on one machine: NumPy's GEMMs and ufuncs and the compiled loops release
+    the GIL, so the shards' forward and backward passes overlap on the cores, each with a
+    one-thread BLAS (:func:`qkv.engine.threads.run`). The slices and the order of the sum are
+    fixed by ``shards`` alone, never by the threads' timing, so a run is deterministic for a
+    given shard count; it equals the unsharded loss and gradients to rounding. ``shards=1``
+    calls ``loss(x, y)`` itself.
+    """
+    if isinstance(shards, bool) or not isinstance(shards, int) or not 1 <= shards <= len(x):
+        raise ValueError(f"sharded_loss: shards must be an int in [1, {len(x)}] (the batch's "
+                         f"rows), got {shards!r}")
+    if shards == 1:
+        return loss(x, y)
+    rows = np.array_split(np.arange(len(x)), shards)
+    parts: list = [None] * shards
+
+    def work(_worker: int, i: int) -> None:
+        parts[i] = loss(x[rows[i]], y[rows[i]])
+
+    threads.run(work, range(shards), shards)
+    weights = [len(r) / len(x) for r in rows]
+    total = sum(w * part[0] for w, part in zip(weights, parts, strict=True))
+    grads = {}
+    for name, g in parts[0][1].items():
+        acc = g * weights[0]
+        for w, part in zip(weights[1:], parts[1:], strict=True):
+            acc += part[1][name] * w
+        grads[name] = acc
+    return total, grads
 
 
 def train_steps(model, config, loss_and_grads: Callable[[np.random.Generator], tuple],

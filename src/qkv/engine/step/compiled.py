@@ -7,7 +7,8 @@ written out rather than called: Numba's ``math.exp`` is a scalar libm call that 
 vectorising the loop, so ``2^x`` (x ≤ 0) is split as ``2^n · 2^f`` with ``n = round(x)`` and
 ``f ∈ [−½, ½]``; ``2^f`` is a degree-6 polynomial (relative error ≈ 2e-8 before rounding, below
 float32's 6e-8) and ``2^n`` is built from its exponent bits. Everything else is compares,
-selects and fused multiply-adds, so each row loop vectorises.
+selects and fused multiply-adds, so each row loop vectorises. ``exp2`` is part of the engine's
+internal surface: :mod:`qkv.nn._compiled` calls it from its own compiled loops (the GELU).
 
 The fast-math flags allow reassociating sums (vectorised reductions) but not ``nnan``/``ninf``:
 −inf marks masked pairs and empty rows, and must compare as −inf.
@@ -72,7 +73,7 @@ def _maxnum(typingctx, a, b):
 
 
 @njit(inline="always", fastmath=FLAGS)
-def _exp2(x):
+def exp2(x):
     """2^x in float32 (x ≤ 0 in the forward); exactly 0 below 2^-126 (and for x = −inf), inf
     from 2^128 on; NaN for NaN — a
     NaN score in an allowed slot (check_finite=False) makes its row NaN, as in the NumPy step,
@@ -110,7 +111,7 @@ def _online_softmax(s, allowed, masked, m, row_sum, acc, has_acc):
                     m_new[i] = _maxnum(m_new[i], row[i])
         # 2. rescale what came before; a query with nothing allowed yet keeps m = −inf
         for i in range(queries):
-            a = _exp2((m_g[i] - m_new[i]) * LOG2E) if m_new[i] != NEG_INF else ONE
+            a = exp2((m_g[i] - m_new[i]) * LOG2E) if m_new[i] != NEG_INF else ONE
             alpha[i] = a
             sum_g[i] *= a
             m_g[i] = m_new[i]
@@ -123,12 +124,12 @@ def _online_softmax(s, allowed, masked, m, row_sum, acc, has_acc):
             if masked:
                 ok_j = ok[j]
                 for i in range(queries):
-                    p = _exp2((row[i] - m_ref[i]) * LOG2E) if ok_j[i] else ZERO
+                    p = exp2((row[i] - m_ref[i]) * LOG2E) if ok_j[i] else ZERO
                     row[i] = p
                     sum_g[i] += p
             else:
                 for i in range(queries):
-                    p = _exp2((row[i] - m_ref[i]) * LOG2E)
+                    p = exp2((row[i] - m_ref[i]) * LOG2E)
                     row[i] = p
                     sum_g[i] += p
         if has_acc:
@@ -151,11 +152,11 @@ def _probabilities(s, allowed, masked, lse):
                 for i in range(queries):
                     # a query with no allowed key has lse = −inf: its weights are 0
                     x = (row[i] - ref[i]) * LOG2E
-                    row[i] = _exp2(x) if ok_j[i] and ref[i] != NEG_INF else ZERO
+                    row[i] = exp2(x) if ok_j[i] and ref[i] != NEG_INF else ZERO
             else:
                 for i in range(queries):
                     x = (row[i] - ref[i]) * LOG2E
-                    row[i] = _exp2(x) if ref[i] != NEG_INF else ZERO
+                    row[i] = exp2(x) if ref[i] != NEG_INF else ZERO
 
 
 @njit(nogil=True, fastmath=FLAGS, cache=True)

@@ -1,0 +1,103 @@
+"""qkv.nn's compiled loops (the qkv[fast] extra) against their NumPy forms and torch: the tanh
+GELU to rounding, the AdamW update bit for bit; and which one each entry point runs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from helpers import needs_numba
+from qkv import nn
+from qkv.nn import activations, optim
+
+torch = pytest.importorskip("torch")
+
+# x over GELU's whole range: the saturated tails (x·σ(2u) → x, → −0), the bend near 0, and
+# magnitudes where x³ overflows float32 (|x| > 7e12: u = ±inf)
+X = np.concatenate([np.linspace(-12, 12, 48001), [-1e3, -40.0, -0.0, 0.0, 1e-30, 40.0, 1e3]])
+
+
+def _torch_gelu(x, dy):
+    tx = torch.tensor(x, dtype=torch.float64, requires_grad=True)
+    ty = torch.nn.functional.gelu(tx, approximate="tanh")
+    ty.backward(torch.tensor(dy, dtype=torch.float64))
+    return ty.detach().numpy(), tx.grad.numpy()
+
+
+def _bound(x, dtype, ulps):
+    """``ulps`` units of the dtype's rounding at |x| (≥ 1): gelu(x) and its derivative times dy
+    are sums of terms as large as |x| and |dy|·(1 + |x|), each a few roundings off."""
+    return ulps * np.finfo(dtype).eps * np.maximum(1.0, np.abs(x))
+
+
+@needs_numba
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_compiled_gelu_tanh_equals_numpy_and_torch(dtype):
+    from qkv.nn import _compiled
+
+    x = X.astype(dtype)
+    dy = np.cos(3 * X).astype(dtype)
+    y_ref, dx_ref = _torch_gelu(x.astype(np.float64), dy.astype(np.float64))  # exact inputs
+    fast, slow = _compiled.gelu_tanh(x), activations.numpy_gelu_tanh(x)
+    dfast = _compiled.gelu_tanh_backward(x, dy)
+    dslow = activations.numpy_gelu_tanh_backward(x, dy)
+    assert fast.dtype == slow.dtype == dfast.dtype == dslow.dtype == dtype
+    for y, ref, ulps in ((fast, y_ref, 8), (slow, y_ref, 8), (dfast, dx_ref, 24),
+                         (dslow, dx_ref, 24)):
+        err = np.abs(y.astype(np.float64) - ref)
+        assert (err <= _bound(x, dtype, ulps)).all(), (dtype, ulps, float(err.max()))
+    np.testing.assert_array_equal(fast[x >= 12], x[x >= 12])  # σ(2u) is exactly 1 there
+    # the entry points take the compiled loop for float32/float64 arrays of any shape
+    shaped = x[:48000].reshape(12, 40, 100)
+    np.testing.assert_array_equal(nn.gelu_tanh(shaped), fast[:48000].reshape(shaped.shape))
+    np.testing.assert_array_equal(nn.gelu_tanh_backward(shaped, dy[:48000].reshape(shaped.shape)),
+                                  dfast[:48000].reshape(shaped.shape))
+    strided = x[::2]  # not contiguous: copied, same values
+    np.testing.assert_array_equal(nn.gelu_tanh(strided), fast[::2])
+
+
+def test_gelu_tanh_in_float16_and_mixed_dtypes_takes_numpy():
+    x = np.linspace(-4, 4, 33, dtype=np.float16)
+    np.testing.assert_array_equal(nn.gelu_tanh(x), activations.numpy_gelu_tanh(x))
+    dy = np.ones(33, np.float64)
+    np.testing.assert_array_equal(nn.gelu_tanh_backward(x, dy),
+                                  activations.numpy_gelu_tanh_backward(x, dy))
+
+
+@needs_numba
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("weight_decay", [0.0, 0.1])
+def test_compiled_adam_update_is_bit_for_bit_numpy(dtype, weight_decay):
+    from qkv.nn import _compiled
+
+    rng = np.random.default_rng(0)
+    p = rng.normal(size=(40, 7)).astype(dtype)
+    p[0, :3] = (0.0, -0.0, 1e-30)
+    state = [(p.copy(), np.zeros(p.shape), np.zeros(p.shape)) for _ in range(2)]
+    for t in range(1, 8):
+        # gradients over many magnitudes (and an exact zero), in float32 as GPT's are
+        g = (rng.normal(size=p.shape) * 10.0 ** rng.integers(-9, 4, p.shape)).astype(np.float32)
+        g[1, 0] = 0.0
+        kw = dict(betas=(0.9, 0.99), c1=1 - 0.9**t, c2=1 - 0.99**t, eps=1e-8,
+                  lr=3e-3 / t, weight_decay=weight_decay)
+        optim.numpy_adam_update(*state[0][:1], g, *state[0][1:], **kw)
+        _compiled.adam_update(*state[1][:1], g, *state[1][1:], **kw)
+    for a, b in zip(*state, strict=True):
+        assert a.dtype == b.dtype and a.tobytes() == b.tobytes()
+    assert not np.array_equal(state[0][0], p)  # it moved
+
+
+def test_adam_refuses_a_gradient_of_another_shape():
+    opt = nn.Adam({"w": np.ones((3, 2))})
+    with pytest.raises(ValueError, match=r"grads\['w'\] has shape \(2, 3\), expected .*\(3, 2\)"):
+        opt.step({"w": np.ones((2, 3))})
+
+
+def test_adam_keeps_non_contiguous_parameters_on_the_numpy_path():
+    base = np.arange(12.0).reshape(3, 4)
+    view = base[:, ::2]  # a view: updated in place, through NumPy
+    nn.Adam({"w": view}, lr=0.5).step({"w": np.ones((3, 2))})
+    # the first step moves by lr · m̂ / (√v̂ + eps) = lr · 1 / (1 + eps) for a gradient of 1
+    expected = np.arange(12.0).reshape(3, 4)[:, ::2] - 0.5 * (1 / (1 + 1e-8))
+    np.testing.assert_array_equal(base[:, ::2], expected)
+    np.testing.assert_array_equal(base[:, 1::2], np.arange(12.0).reshape(3, 4)[:, 1::2])
