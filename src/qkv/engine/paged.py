@@ -69,7 +69,7 @@ class SequencePages:
             if x.size:
                 hi, lo = float(x.max()), float(x.min())
                 m = max(hi, -lo) if not (np.isnan(hi) or np.isnan(lo)) else math.nan
-                whole = m if math.isnan(m) or math.isnan(whole) else max(whole, m)
+                whole = whole if math.isnan(whole) else m if math.isnan(m) else max(whole, m)
                 finite = max(finite, m if math.isfinite(m) else finite_max_abs(x))
         return whole, finite
 
