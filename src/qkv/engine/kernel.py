@@ -320,7 +320,9 @@ def _head_rows(p: Problem, which: str):
 
 def _forward_tiled_work(p, cfg, step, out, lse, scratch):
     """The tiled forward's work items (b, h, q0, q1) and the worker that computes one."""
-    planner = _Planner(p, cfg, cfg.key_tile(p.mask is not None))
+    # A stacked decode step's tiles are one query row: a partial tile costs it little, so it
+    # takes the unmasked key tile (1024), half the tiles and gathers of the masked one.
+    planner = _Planner(p, cfg, cfg.key_tile(p.mask is not None and not _decode_group(p)))
     # One work item per (batch element, query head, query tile); later query tiles first, as
     # under a causal mask they see the most keys and the pool should start on them.
     items = [(b, h, q0, q1) for q0, q1 in reversed(blocks(p.nq, cfg.tile_q))
@@ -358,7 +360,51 @@ def _forward_tiled_work(p, cfg, step, out, lse, scratch):
         if acc is not None:
             out_flat[b, h, q0:q1] = acc
 
+    if _decode_group(p):
+        return [(b, hk) for b in range(p.batch_size) for hk in range(p.hkv)], _decode_worker(
+            p, planner, step, q, keys, values, out_flat, lse_flat, scratch)
     return items, worker
+
+
+def _decode_group(p: Problem) -> bool:
+    """Does a paged decode step (one query per head) stack the query heads of each kv head
+    into one tile? Then each key tile is gathered once per kv head, not once per query head,
+    and its scores are one (tk, G) product. Only for rules that treat the heads alike."""
+    return (p.pages is not None and p.nq == 1 and p.group > 1 and p.bias is None
+            and p.score_mod is None and not p.dropout
+            and (p.mask is None or not p.mask.head_dependent))
+
+
+def _decode_worker(p, planner, step, q, keys, values, out_flat, lse_flat, scratch):
+    """The worker of a stacked decode step: item (b, hk) computes query heads
+    hk·G … hk·G + G − 1 of its one query together, as the G columns of every tile."""
+    c, g = p.compute, p.group
+
+    def worker(worker_id: int, item) -> None:
+        b, hk = item
+        heads = slice(hk * g, (hk + 1) * g)
+        q_scaled = q[b, heads, 0].astype(c) * c.type(p.scale)  # (G, Dk)
+        k_rows = keys(b, hk)
+        v_rows = None if values is None else values(b, hk)
+        m = np.full(g, -np.inf, dtype=c)
+        row_sum = np.zeros(g, dtype=c)
+        acc = None if values is None else np.zeros((g, p.dv), dtype=c)  # (G, Dv)
+        for _, _, k0, k1, kind, block in planner.plan(b, hk * g, 0, 1):
+            kj = p.k_pos[k0:k1]
+            s = _tile_scores(p, q_scaled, k_rows(k0, k1), b, hk * g, p.q_pos, kj,
+                             out=scratch.tile(worker_id, k1 - k0, g, c))  # (tk, G)
+            allowed = None if kind != PARTIAL else np.ascontiguousarray(
+                np.broadcast_to(block(True), (k1 - k0, g)))[None]  # the one query's, G times
+            step.online_softmax(s[None], allowed, m[None], row_sum[None],
+                                None if acc is None else acc[None])
+            if acc is not None:
+                v_tile = v_rows(k0, k1)
+                acc += _dot(s.T, v_tile, _bad_rows(p, v_tile))  # (G, tk) @ (tk, Dv)
+        lse_flat[b, heads, 0] = _finish(m, row_sum, acc)
+        if acc is not None:
+            out_flat[b, heads, 0] = acc
+
+    return worker
 
 
 def forward_pages(problems: list[Problem]) -> list[tuple[np.ndarray, np.ndarray]]:

@@ -16,25 +16,28 @@ past it (a released sequence's stale keys, garbage of any size) is never read: t
 tiles stop at the length, and :meth:`SequencePages.rows` gathers one tile at a time from the
 blocks that hold it. No contiguous copy of the cache is made.
 
-Results: the same tiles as :func:`qkv.attention` on that sequence's contiguous k, v when the
-contiguous call takes the tiled path (Nq·Nk above ``kernel_config().small``, or ``small=0``):
-then bitwise equal. A short contiguous problem takes the small path (all heads in one batched
-product) instead, which sums in another order: equal within the dtype's rounding.
+A decode step (Nq = 1) under GQA stacks the G query heads of each kv head: one work item per
+(sequence, kv head) walks key tiles of 1024 (``tile_k_unmasked``) with the one tile step's
+online softmax, gathering each tile once for its G heads, scoring it in one ``(tk, G)``
+product, and skipping tiles the mask leaves empty.
+
+Results: bitwise equal to :func:`qkv.attention` on that sequence's contiguous k, v wherever
+both take the same tiles — the contiguous call on the tiled path (Nq·Nk above
+``kernel_config().small``, or ``small=0``) and the paged call not a stacked decode step (Nq > 1,
+or one query head per kv head). Elsewhere the products or the sums run in another order (the
+contiguous small path batches all heads; the stacked decode's ``(tk, G)`` product is another
+GEMM than G one-column ones): equal within the dtype's rounding (tests/test_paged_cache.py
+holds both to the float64 reference within the dtype-derived bound).
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 
 import numpy as np
 
 from . import kernel
 from .problem import as_array, finite_max_abs, prepare
-
-# Blocks gathered at a time when scanning a sequence's cache for NaN/inf and its magnitude:
-# bounded scratch, never a copy of the whole cache.
-SCAN_BLOCKS = 64
 
 
 @dataclass(frozen=True)
@@ -55,24 +58,6 @@ class SequencePages:
         start = k0 - first * size
         return tile.reshape(-1, pool.shape[-1])[start: start + k1 - k0]  # (k1 − k0, D)
 
-    def scan(self, which: str) -> tuple[float, float]:
-        """``(max |x|, max |x| over finite entries)`` of the sequence's cached positions only
-        (NaN/inf first if any): stale slots past the length are never looked at."""
-        pool = self.k_pool if which == "k" else self.v_pool
-        size, full = pool.shape[2], self.length // pool.shape[2]
-        chunks = [pool[self.blocks[i: min(i + SCAN_BLOCKS, full)]]
-                  for i in range(0, full, SCAN_BLOCKS)]
-        if self.length % size:
-            chunks.append(pool[self.blocks[full], :, : self.length % size])
-        whole = finite = 0.0
-        for x in chunks:
-            if x.size:
-                hi, lo = float(x.max()), float(x.min())
-                m = max(hi, -lo) if not (np.isnan(hi) or np.isnan(lo)) else math.nan
-                whole = whole if math.isnan(whole) else m if math.isnan(m) else max(whole, m)
-                finite = max(finite, m if math.isfinite(m) else finite_max_abs(x))
-        return whole, finite
-
 
 @dataclass(frozen=True)
 class Pages:
@@ -91,6 +76,36 @@ class Pages:
     @property
     def block_size(self) -> int:
         return self.k_pool.shape[2]
+
+    def magnitudes(self, which: str) -> tuple[np.ndarray, np.ndarray]:
+        """``(max |x|, max |x| over finite entries)`` of each sequence's cached positions,
+        ``(B,)`` each (NaN where a sequence holds a NaN, inf an inf): stale slots — the free
+        blocks, the tail of a sequence's last block — are never looked at.
+
+        One max and one min per block of the whole pool (two passes, no copy, as the contiguous
+        path's check reads its k and v), then each sequence's blocks; a last block that is only
+        partly used is reduced over its used positions alone.
+        """
+        pool = self.k_pool if which == "k" else self.v_pool
+        size = self.block_size
+        hi, lo = pool.max(axis=(1, 2, 3)), pool.min(axis=(1, 2, 3))  # (num_blocks,)
+        whole, finite = np.zeros(self.batch), np.zeros(self.batch)
+        for b in range(self.batch):
+            n = int(self.seq_lens[b])
+            full, rest = divmod(n, size)
+            blocks = self.block_table[b, :full]
+            parts = [np.maximum(hi[blocks], -lo[blocks])] if full else []
+            if rest:
+                last = pool[self.block_table[b, full], :, :rest]
+                parts.append(np.array([max(float(last.max()), -float(last.min()))]))
+            per_block = np.concatenate(parts) if parts else np.zeros(1)
+            whole[b] = per_block.max()  # NaN if any block holds a NaN
+            if np.isfinite(whole[b]):
+                finite[b] = whole[b]
+            else:  # the caller's NaN/inf (check_finite=False): the finite rest, block by block
+                k, v = self.gather(b)
+                finite[b] = finite_max_abs(k if which == "k" else v)
+        return whole, finite
 
     def sequence(self, b: int) -> SequencePages:
         n = int(self.seq_lens[b])
@@ -187,6 +202,7 @@ def attention(q, k_pool, v_pool, block_table, seq_lens, *, mask=None, bias=None,
         raise TypeError(f"k has dtype {pages.k_pool.dtype} but q has {qa.dtype}: q, k and v "
                         "must share one dtype; convert with k.astype(q.dtype)")
     hkv, dv = kshape[1], pages.v_pool.shape[-1]
+    scanned = {name: pages.magnitudes(name) for name in ("k", "v")}
     problems = []
     for b in range(pages.batch):
         seq = pages.sequence(b)
@@ -194,12 +210,12 @@ def attention(q, k_pool, v_pool, block_table, seq_lens, *, mask=None, bias=None,
         k_like = np.broadcast_to(np.zeros((), qa.dtype), (hkv, seq.length, kshape[-1]))
         v_like = np.broadcast_to(np.zeros((), qa.dtype), (hkv, seq.length, dv))
         known = {}
-        for name in ("k", "v"):
-            whole, known[name] = seq.scan(name)
-            if check_finite and not math.isfinite(whole):
+        for name, (whole, finite) in scanned.items():
+            if check_finite and not np.isfinite(whole[b]):
                 raise ValueError(
                     f"{name} contains NaN or inf in sequence {b}'s cached positions (0 … "
                     f"{seq.length - 1}); fix the cache (or pass check_finite=False)")
+            known[name] = float(finite[b])
         p = prepare(qa[b], k_like, v_like, mask, bias, scale, check_finite=check_finite,
                     softcap=softcap, known=known)
         problems.append(replace(p, pages=seq))
