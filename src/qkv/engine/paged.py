@@ -88,7 +88,8 @@ class Pages:
         """
         pool = self.k_pool if which == "k" else self.v_pool
         size = self.block_size
-        hi, lo = pool.max(axis=(1, 2, 3)), pool.min(axis=(1, 2, 3))  # (num_blocks,)
+        flat = pool.reshape(pool.shape[0], -1)  # one row per block (a view of a C-ordered pool)
+        hi, lo = flat.max(axis=1), flat.min(axis=1)  # (num_blocks,)
         whole, finite = np.zeros(self.batch), np.zeros(self.batch)
         for b in range(self.batch):
             n = int(self.seq_lens[b])
