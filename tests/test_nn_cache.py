@@ -105,35 +105,7 @@ def test_cache_rejects_mismatched_shapes():
         nn.KVCache(0)
 
 
-def test_paged_cache_decodes_exactly_as_the_contiguous_cache():
-    # vLLM / flash-attn block_table layout: fixed-size blocks from a shared pool.
-    model = TinyDecoder(seed=5)
-    tokens = np.random.default_rng(3).integers(0, 11, (3, 37))
-    results = []
-    for cache in (nn.KVCache(len(model.blocks)),
-                  nn.PagedKVCache(len(model.blocks), batch=3, num_blocks=40, block_size=8)):
-        prefill = model(tokens[:, :10], cache=cache)  # the same schedule: prefill, then steps
-        steps = [model(tokens[:, t: t + 1], start=t, cache=cache) for t in range(10, 37)]
-        results.append(np.concatenate([prefill, *steps], axis=1))
-    np.testing.assert_array_equal(results[1], results[0])  # the same arrays reach attention
-    paged = cache
-    table = paged[0].block_table
-    assert table.shape == (3, 5) and len(set(table.ravel())) == 15  # ceil(37/8) blocks each
-    paged.release()
-    assert paged.length == 0 and len(paged[0].free) == 40
-
-
-def test_paged_cache_blocks_are_reused_and_the_pool_has_a_limit():
-    layer = nn.PagedLayerCache(batch=2, num_blocks=4, block_size=4)
-    g = np.random.default_rng(0)
-    k = g.standard_normal((2, 1, 8, 3))
-    got_k, got_v = layer.append(k, 2 * k)
-    np.testing.assert_array_equal(got_k, k)
-    np.testing.assert_array_equal(got_v, 2 * k)
-    with pytest.raises(ValueError, match="the pool is full"):
-        layer.append(k[:, :, :1], k[:, :, :1])
-    layer.release()
-    k2 = g.standard_normal((2, 1, 5, 3))
-    np.testing.assert_array_equal(layer.append(k2, k2)[0], k2)  # the freed blocks serve again
-    with pytest.raises(ValueError, match=r"\(B=2, Hkv, n_new, d\)"):
-        layer.append(np.zeros((3, 1, 1, 3)), np.zeros((3, 1, 1, 3)))
+def test_the_contiguous_cache_has_one_length_for_the_batch():
+    layer = nn.LayerCache()
+    with pytest.raises(ValueError, match="PagedKVCache for per-sequence lengths"):
+        layer.append(np.zeros((2, 1, 3, 4)), np.zeros((2, 1, 3, 4)), seqs=[0])

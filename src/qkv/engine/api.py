@@ -20,7 +20,7 @@ import operator
 
 import numpy as np
 
-from . import kernel
+from . import kernel, paged
 from .problem import check_like, check_lse, prepare, require_v
 from .shapes import sum_to_shape, unbroadcast
 
@@ -44,7 +44,8 @@ def check_size(n_bytes: int, max_bytes: int | None, what: str, fix: str) -> None
 
 
 def attention(q, k, v, mask=None, bias=None, scale=None, *, return_lse=False, check_finite=True,
-              softcap=None, dropout=0.0, dropout_seed=None, score_mod=None):
+              softcap=None, dropout=0.0, dropout_seed=None, score_mod=None, block_table=None,
+              seq_lens=None):
     """softmax(q kᵀ · scale + bias) v, exactly, in memory that does not grow with Nq × Nk.
 
     Args:
@@ -73,6 +74,12 @@ def attention(q, k, v, mask=None, bias=None, scale=None, *, return_lse=False, ch
             parameters), which an arbitrary function does not give: ``attention_backward``
             refuses it — use ``softcap=`` or an array ``bias`` (``return_dbias=True``), which
             have gradients.
+        block_table, seq_lens: a paged KV cache (vLLM's PagedAttention, flash-attn's
+            ``block_table``): k and v are then pools of blocks ``(num_blocks, Hkv, block_size,
+            D)``, ``block_table (B, max_blocks)`` lists each sequence's blocks in order,
+            ``seq_lens (B,)`` its cached length, and q is ``(B, Hq, Nq, Dk)``. Each sequence
+            attends to its own keys only, read tile by tile through the table; masks align at
+            each sequence's own length. See :mod:`qkv.engine.paged` (no dropout or score_mod).
 
     Returns:
         ``out (..., Hq, Nq, Dv)`` in the inputs' dtype, or ``(out, lse)``. A query with no
@@ -85,6 +92,13 @@ def attention(q, k, v, mask=None, bias=None, scale=None, *, return_lse=False, ch
     worker thread: the Nq × Nk matrix is never built.
     """
     require_v(v, "attention")
+    if block_table is not None or seq_lens is not None:
+        if dropout or dropout_seed is not None or score_mod is not None:
+            raise ValueError("attention with block_table (a paged KV cache, for inference) "
+                             "takes no dropout, dropout_seed or score_mod")
+        return paged.attention(q, k, v, block_table, seq_lens, mask=mask, bias=bias,
+                               scale=scale, return_lse=return_lse, check_finite=check_finite,
+                               softcap=softcap)
     p = prepare(q, k, v, mask, bias, scale, check_finite=check_finite, softcap=softcap,
                 dropout=dropout, dropout_seed=dropout_seed, score_mod=score_mod)
     out, lse = kernel.forward(p)

@@ -34,7 +34,7 @@ from .masks import EMPTY, FULL, PARTIAL
 from .problem import Problem
 from .tiles import KernelConfig, blocks, current
 
-__all__ = ["backward", "forward", "has_work", "weights"]
+__all__ = ["backward", "forward", "forward_pages", "has_work", "weights"]
 
 # Below this much work (multiply-adds) a call is too small for holding the BLAS to one thread to
 # pay for itself (~30 µs, see threads.run); its GEMMs are too small for BLAS threads anyway.
@@ -283,6 +283,8 @@ def forward(p: Problem, *, with_output: bool = True) -> tuple[np.ndarray | None,
         return out, lse  # no keys at all: every row is all-masked
     cfg = current()
     backend, step = _step_for(p, cfg)
+    if p.pages is not None:
+        raise ValueError("a paged problem runs through forward_pages (one call per cache)")
     if p.nq * p.nk <= cfg.small:
         _forward_small(p, cfg, step, out, lse)
         path = "small"
@@ -295,33 +297,56 @@ def forward(p: Problem, *, with_output: bool = True) -> tuple[np.ndarray | None,
 
 
 def _forward_tiled(p, cfg, step, out, lse) -> None:
-    planner = _Planner(p, cfg, cfg.key_tile(p.mask is not None))
+    items, worker = _forward_tiled_work(p, cfg, step, out, lse, _Scratch())
+    _run(p, cfg, worker, items)
+
+
+def _head_rows(p: Problem, which: str):
+    """``(b, hk) → rows(k0, k1)``: keys 0…Nk of one kv head in the compute dtype, tile by tile
+    — slices of the contiguous k or v, or tiles gathered through a paged cache's block table
+    (``p.pages``), so the tile loop never needs the whole head in one array."""
+    c = p.compute
+    if p.pages is not None:
+        def paged(_b: int, hk: int):
+            return lambda k0, k1: p.pages.rows(which, hk, k0, k1).astype(c, copy=False)
+        return paged
+    x = _in_compute(p, p.k if which == "k" else p.v)
+
+    def contiguous(b: int, hk: int):
+        x_bh = x[b, hk]  # (Nk, D)
+        return lambda k0, k1: x_bh[k0:k1]
+    return contiguous
+
+
+def _forward_tiled_work(p, cfg, step, out, lse, scratch):
+    """The tiled forward's work items (b, h, q0, q1) and the worker that computes one."""
+    # A stacked decode step's tiles are one query row: a partial tile costs it little, so it
+    # takes the unmasked key tile (1024), half the tiles and gathers of the masked one.
+    planner = _Planner(p, cfg, cfg.key_tile(p.mask is not None and not _decode_group(p)))
     # One work item per (batch element, query head, query tile); later query tiles first, as
     # under a causal mask they see the most keys and the pool should start on them.
     items = [(b, h, q0, q1) for q0, q1 in reversed(blocks(p.nq, cfg.tile_q))
              for b in range(p.batch_size) for h in range(p.hq)]
     out_flat = None if out is None else p.flat(out)
     lse_flat = p.flat(lse[..., None])[..., 0]  # (B, Hq, Nq)
-    q, k = p.flat(p.q), _in_compute(p, p.k)
-    v = None if out is None else _in_compute(p, p.v)
+    q = p.flat(p.q)
+    keys = _head_rows(p, "k")
+    values = None if out is None else _head_rows(p, "v")
     c = p.compute
-
-    scratch = _Scratch()
 
     def worker(worker_id: int, item) -> None:
         b, h, q0, q1 = item
         hk = h // p.group
         q_scaled = q[b, h, q0:q1].astype(c) * c.type(p.scale)  # (tq, Dk)
-        k_bh = k[b, hk].astype(c, copy=False)  # (Nk, Dk)
-        v_bh = None if v is None else v[b, hk].astype(c, copy=False)  # (Nk, Dv)
-        bad_v = None if v is None else _bad_rows(p, v_bh)
+        k_rows = keys(b, hk)
+        v_rows = None if values is None else values(b, hk)
         tq = q1 - q0
         m = np.full(tq, -np.inf, dtype=c)  # running max
         row_sum = np.zeros(tq, dtype=c)  # running sum ℓ of exp(s − m)
-        acc = None if v is None else np.zeros((tq, p.dv), dtype=c)  # (tq, Dv)
+        acc = None if out is None else np.zeros((tq, p.dv), dtype=c)  # (tq, Dv)
         for r0, r1, k0, k1, kind, block in planner.plan(b, h, q0, q1):
             qi, kj = p.q_pos[q0 + r0: q0 + r1], p.k_pos[k0:k1]
-            s = _tile_scores(p, q_scaled[r0:r1], k_bh[k0:k1], b, h, qi, kj,
+            s = _tile_scores(p, q_scaled[r0:r1], k_rows(k0, k1), b, h, qi, kj,
                              out=scratch.tile(worker_id, k1 - k0, r1 - r0, c))  # (tk, tr)
             step.online_softmax(s[None], _allowed_t(kind, block), m[None, r0:r1],
                                 row_sum[None, r0:r1], None if acc is None else acc[None, r0:r1])
@@ -329,12 +354,90 @@ def _forward_tiled(p, cfg, step, out, lse) -> None:
                 kept = _kept(p, b, h, qi, kj, c)
                 if kept is not None:  # dropout after the softmax's sums: ℓ is undropped
                     s *= kept
-                acc[r0:r1] += _dot(s.T, v_bh[k0:k1], None if bad_v is None else bad_v[k0:k1])
+                v_tile = v_rows(k0, k1)
+                acc[r0:r1] += _dot(s.T, v_tile, _bad_rows(p, v_tile))
         lse_flat[b, h, q0:q1] = _finish(m, row_sum, acc)
         if acc is not None:
             out_flat[b, h, q0:q1] = acc
 
-    _run(p, cfg, worker, items)
+    if _decode_group(p):
+        return [(b, hk) for b in range(p.batch_size) for hk in range(p.hkv)], _decode_worker(
+            p, planner, step, q, keys, values, out_flat, lse_flat, scratch)
+    return items, worker
+
+
+def _decode_group(p: Problem) -> bool:
+    """Does a paged decode step (one query per head) stack the query heads of each kv head
+    into one tile? Then each key tile is gathered once per kv head, not once per query head,
+    and its scores are one (tk, G) product. Only for rules that treat the heads alike."""
+    return (p.pages is not None and p.nq == 1 and p.group > 1 and p.bias is None
+            and p.score_mod is None and not p.dropout
+            and (p.mask is None or not p.mask.head_dependent))
+
+
+def _decode_worker(p, planner, step, q, keys, values, out_flat, lse_flat, scratch):
+    """The worker of a stacked decode step: item (b, hk) computes query heads
+    hk·G … hk·G + G − 1 of its one query together, as the G columns of every tile."""
+    c, g = p.compute, p.group
+
+    def worker(worker_id: int, item) -> None:
+        b, hk = item
+        heads = slice(hk * g, (hk + 1) * g)
+        q_scaled = q[b, heads, 0].astype(c) * c.type(p.scale)  # (G, Dk)
+        k_rows = keys(b, hk)
+        v_rows = None if values is None else values(b, hk)
+        m = np.full(g, -np.inf, dtype=c)
+        row_sum = np.zeros(g, dtype=c)
+        acc = None if values is None else np.zeros((g, p.dv), dtype=c)  # (G, Dv)
+        for _, _, k0, k1, kind, block in planner.plan(b, hk * g, 0, 1):
+            kj = p.k_pos[k0:k1]
+            s = _tile_scores(p, q_scaled, k_rows(k0, k1), b, hk * g, p.q_pos, kj,
+                             out=scratch.tile(worker_id, k1 - k0, g, c))  # (tk, G)
+            allowed = None if kind != PARTIAL else np.ascontiguousarray(
+                np.broadcast_to(block(True), (k1 - k0, g)))[None]  # the one query's, G times
+            step.online_softmax(s[None], allowed, m[None], row_sum[None],
+                                None if acc is None else acc[None])
+            if acc is not None:
+                v_tile = v_rows(k0, k1)
+                acc += _dot(s.T, v_tile, _bad_rows(p, v_tile))  # (G, tk) @ (tk, Dv)
+        lse_flat[b, heads, 0] = _finish(m, row_sum, acc)
+        if acc is not None:
+            out_flat[b, heads, 0] = acc
+
+    return worker
+
+
+def forward_pages(problems: list[Problem]) -> list[tuple[np.ndarray, np.ndarray]]:
+    """``[(out, lse), ...]`` of the sequences of a paged cache, one problem each (own keys, own
+    causal alignment; ``p.pages`` set), in one pool of workers: the tiled forward always — a
+    decode step walks its key tiles through the block table, never gathering the cache."""
+    cfg = current()
+    scratch = _Scratch()
+    results, items, workers = [], [], []
+    for p in problems:
+        if p.pages is None:
+            raise ValueError("forward_pages needs problems of a paged cache (p.pages set)")
+        out = np.zeros(p.out_shape(p.dv), dtype=p.dtype)
+        lse = np.full(p.out_shape(1)[:-1], -np.inf, dtype=p.compute)
+        results.append((out, lse))
+        if p.empty:
+            continue  # a sequence with no cached keys: every row is all-masked
+        backend, step = _step_for(p, cfg)
+        its, worker = _forward_tiled_work(p, cfg, step, out, lse, scratch)
+        items += [(p.nk, len(workers), it) for it in its]
+        workers.append((p, worker))
+        if cfg.stats is not None:
+            cfg.stats.add_path(f"paged {backend}")
+    items.sort(key=lambda item: -item[0])  # the longest sequences first: the costliest items
+    work = sum(p.hq * p.nq * p.nk * (p.dk + p.dv) for p, _ in workers)
+
+    def run(worker_id: int, item) -> None:
+        p, worker = workers[item[1]]
+        with p.quiet():
+            worker(worker_id, item[2])
+
+    threads.run(run, items, cfg.num_workers(work), hold_blas=work > BLAS_HOLD_MIN)
+    return results
 
 
 def _finish(m: np.ndarray, row_sum: np.ndarray, acc: np.ndarray | None) -> np.ndarray:
@@ -516,6 +619,9 @@ def backward(p: Problem, out: np.ndarray, lse: np.ndarray, dout: np.ndarray,
     running the pass again with dO / ΣP and Δ' / ΣP, Δ' from these very P — so that every tile
     configuration gives the gradient of its own scores.
     """
+    if p.pages is not None:
+        raise ValueError("the backward reads k and v whole: paged caches are for inference; "
+                         "train with contiguous k, v")
     c = p.compute
     dq_shape = (p.batch_size, p.hq, p.nq, p.dk)
     if p.empty:

@@ -49,6 +49,9 @@ class Problem:
     dropout: float = 0.0  # dropout rate on the weights (see dropout.py)
     score_mod: object = None  # fn(scores (tq, tk), b, h, q_idx (tq, 1), k_idx (1, tk)), or None
     dropout_seed: int = 0
+    # A paged cache's sequence (engine/paged.py): k and v are then shape-only stand-ins and the
+    # kernel reads key tiles through ``pages.rows(which, hk, k0, k1)``.
+    pages: object = None
 
     @property
     def hq(self) -> int:
@@ -308,11 +311,13 @@ def _check_mask(mask) -> Mask | None:
 
 def prepare(q, k, v=None, mask=None, bias=None, scale=None, *, check_finite=True,
             positions=None, softcap=None, dropout=0.0, dropout_seed=None,
-            score_mod=None) -> Problem:
+            score_mod=None, known=None) -> Problem:
     """Validate the arguments of an attention call; see :func:`qkv.attention` for their meaning.
 
     ``positions=(q_pos, k_pos, nq_total, nk_total)`` is for sharded callers: the rows given are
-    at these global positions of sequences of these global lengths.
+    at these global positions of sequences of these global lengths. ``known={"k": m, ...}``
+    gives max |x| over the finite entries of inputs passed as shape-only stand-ins (a paged
+    cache's pools, which the caller scanned and checked): they are not read here.
     """
     arrays = {"q": as_array(q, "q"), "k": as_array(k, "k")}
     if v is not None:
@@ -362,9 +367,11 @@ def prepare(q, k, v=None, mask=None, bias=None, scale=None, *, check_finite=True
     bound_mask = mask.bind(layout) if mask is not None else None
     bound_bias = bias_rule.bind(layout) if bias_rule is not None else None
 
-    magnitudes = {name: _max_abs(arr) for name, arr in given.items()}  # one pass each
+    known = known or {}
+    magnitudes = {name: known[name] if name in known else _max_abs(arr)  # one pass each
+                  for name, arr in given.items()}
     if check_finite:
-        for name in given:
+        for name in [n for n in given if n not in known]:
             if not math.isfinite(magnitudes[name]):
                 raise ValueError(
                     f"{name} contains NaN or inf; fix the input (or pass check_finite=False to "

@@ -147,22 +147,26 @@ class MultiHeadAttention(Layer):
                                              scale=self.scale)
 
     # -- forward / backward -----------------------------------------------------------------
-    def forward(self, x, context=None, mask=None, *, cache=None):
+    def forward(self, x, context=None, mask=None, *, cache=None, seqs=None):
         """``(y, ctx)``; y ``(..., N, d_model)``.
 
         With ``cache`` (a :class:`qkv.nn.LayerCache`, i.e. ``kv_cache[layer]``) this is a
         decoding step: the new positions' k and v are appended to the cache and the new queries
         attend to everything cached — pass ``mask=qkv.causal()``, which aligns bottom-right, so
         query i of Nq new ones stands at position i + Nk − Nq. Cost O(Nq·Nk·d); ctx is None
-        (decoding is inference only).
+        (decoding is inference only). A :class:`qkv.nn.PagedLayerCache` takes ``seqs``, the
+        sequence slots x's rows belong to (x ``(len(seqs), N, d_model)``; all if None), and
+        keeps a length per sequence: causal then aligns at each sequence's own length. Both
+        caches reach attention the same way, through ``cache.attention_args(seqs)``.
         """
         if cache is not None:
             if context is not None:
                 raise ValueError("MultiHeadAttention: cache is for self-attention decoding; "
                                  "for cross-attention pass context (its k, v do not grow)")
             q, k_new, v_new = self.project(x)
-            k, v = cache.append(k_new, v_new)  # (..., Hkv, Nk, d_head)
-            out = functional.attention(q, k, v, mask=mask, scale=self.scale)
+            cache.append(k_new, v_new, seqs=seqs)
+            out = functional.attention(q, **cache.attention_args(seqs), mask=mask,
+                                       scale=self.scale)
             return self._proj(merge_heads(out), "o"), None
         x, ctx_in = self._inputs(x, context)
         q, k, v = self.project(x, ctx_in)

@@ -16,7 +16,8 @@ class TransformerBlock(Layer):
     Params: ``ln1.*``, ``attn.*`` (see :class:`MultiHeadAttention`), ``ln2.*``, ``mlp.*``.
     ``forward(x, mask=None, cache=None)``: with a :class:`qkv.nn.LayerCache` the block runs one
     decoding step (inference only) — the residual stream is per position, so only attention
-    needs the past. ``activation``: the MLP's, "gelu" or "gelu_tanh" (see :class:`MLP`).
+    needs the past (a :class:`qkv.nn.PagedLayerCache` also takes ``seqs``, the sequence slots
+    of x's rows). ``activation``: the MLP's, "gelu" or "gelu_tanh" (see :class:`MLP`).
     """
 
     def __init__(self, d_model: int, n_heads: int, d_hidden: int | None = None,
@@ -31,9 +32,9 @@ class TransformerBlock(Layer):
         self.params = {**prefixed("ln1", self.ln1.params), **prefixed("attn", self.attn.params),
                        **prefixed("ln2", self.ln2.params), **prefixed("mlp", self.mlp.params)}
 
-    def forward(self, x, mask=None, *, cache=None):
+    def forward(self, x, mask=None, *, cache=None, seqs=None):
         a, c_ln1 = self.ln1.forward(x)
-        att, c_att = self.attn.forward(a, mask=mask, cache=cache)
+        att, c_att = self.attn.forward(a, mask=mask, cache=cache, seqs=seqs)
         h = x + att  # (..., N, d_model)
         b, c_ln2 = self.ln2.forward(h)
         m, c_mlp = self.mlp.forward(b)

@@ -32,8 +32,10 @@ class LayerCache:
     def v(self) -> np.ndarray | None:
         return None if self._v is None else self._v[..., : self.length, :]
 
-    def append(self, k_new: np.ndarray, v_new: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def append(self, k_new: np.ndarray, v_new: np.ndarray,
+               seqs=None) -> tuple[np.ndarray, np.ndarray]:
         """Append ``n_new`` positions; return (views of) all cached k and v."""
+        _whole_batch(seqs)
         k_new, v_new = as_array(k_new, "k_new"), as_array(v_new, "v_new")
         if k_new.ndim < 3 or v_new.ndim < 3 or k_new.shape[-2] != v_new.shape[-2]:
             raise ValueError(
@@ -63,6 +65,24 @@ class LayerCache:
         self._v[..., self.length: end, :] = v_new
         self.length = end
         return self.k, self.v
+
+    def attention_args(self, seqs=None) -> dict:
+        """The keyword arguments of ``qkv.attention(q, **args)``: the cached k and v (views)."""
+        _whole_batch(seqs)
+        return {"k": self.k, "v": self.v}
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the two buffers (their capacity, which doubles when full)."""
+        return 0 if self._k is None else self._k.nbytes + self._v.nbytes
+
+
+def _whole_batch(seqs) -> None:
+    if seqs is not None:
+        raise ValueError(
+            "LayerCache holds one length for the whole batch, so seqs= (a subset of sequences) "
+            f"has no meaning for it, got seqs={seqs!r}; use qkv.nn.PagedKVCache for "
+            "per-sequence lengths")
 
 
 class KVCache:
