@@ -6,12 +6,14 @@ the compile (1.8 s with an empty cache) or the cache's load (0.57 s). ``qkv warm
 extension module in the per-user cache — ``$QKV_CACHE_DIR``, else ``~/.cache/qkv`` — and
 :func:`load` imports it with no Numba at all.
 
-The module's file name carries :func:`key`: a hash of :mod:`.compiled`'s and this file's source,
-the Numba, llvmlite, NumPy and Python versions, and this CPU (the build targets the host CPU, as
-the JIT does, so both vectorise alike and agree bitwise). A stale module (other source,
-versions or CPU) is never found; one that cannot be imported (corrupt, truncated) is skipped with
-a one-line warning; either way the JIT runs instead. :func:`.aot_build.build` (``qkv warm``) checks
-a new module against the JIT, bitwise, before putting it in place.
+The module's file name carries :func:`key`: a hash of the step's sources (:mod:`.compiled`,
+:mod:`.aot_build`, this file), the Numba, llvmlite, NumPy and Python versions, and this CPU (the
+build targets the host CPU, as the JIT does, so both vectorise alike and agree bitwise). A stale
+module (other sources, versions or CPU) is never found; one whose bytes differ from the digest
+the build wrote beside it (truncated, overwritten: opening it could kill the process) or that
+cannot be imported is skipped with a one-line warning; either way the JIT runs instead.
+:func:`.aot_build.build` (``qkv warm``) checks a new module against the JIT, bitwise, before
+putting it in place.
 
 The exported entry points take exactly the layouts the kernel passes (C-contiguous float32
 tiles and state, C-contiguous bool masks) and release the GIL like the JIT's; the wrappers below
@@ -81,6 +83,18 @@ def path() -> Path:
 _loaded: dict[str, ModuleType | None] = {}
 
 
+def digest(file: Path) -> str:
+    """The SHA-256 of a file's bytes (the build writes the module's beside it, ``.sha256``)."""
+    return hashlib.sha256(file.read_bytes()).hexdigest()
+
+
+def _read(file: Path) -> str:
+    try:
+        return file.read_text().strip()
+    except OSError:
+        return "(none)"
+
+
 def load() -> ModuleType | None:
     """The built module for this key, or None (absent, stale or unloadable: the JIT runs)."""
     file = path()
@@ -89,6 +103,10 @@ def load() -> ModuleType | None:
     module = None
     if file.exists():
         try:
+            # dlopen of a truncated or overwritten library can kill the process (SIGBUS), so
+            # its bytes are checked against the digest the build wrote before it is opened
+            if digest(file) != _read(file.with_suffix(".sha256")):
+                raise ImportError("its contents do not match the digest written by the build")
             spec = importlib.util.spec_from_file_location(f"{NAME}_{key()}", file)
             module = importlib.util.module_from_spec(spec)
             spec.loader.exec_module(module)
@@ -131,7 +149,7 @@ def _jit() -> ModuleType:
 def online_softmax(s, allowed, m, row_sum, acc) -> None:
     block, masked = _mask_arg(allowed)
     acc_arg = _NO_ACC if acc is None else acc
-    if not (_ok(s, acc_arg) and _ok(m, row_sum) and s.ndim == acc_arg.ndim == 3
+    if _module is None or not (_ok(s, acc_arg) and _ok(m, row_sum) and s.ndim == acc_arg.ndim == 3
             and m.ndim == row_sum.ndim == 2 and _mask_ok(block)):
         return _jit().online_softmax(s, allowed, m, row_sum, acc)
     fn = _module.online_softmax if block.flags.writeable else _module.online_softmax_ro
@@ -141,7 +159,7 @@ def online_softmax(s, allowed, m, row_sum, acc) -> None:
 def probabilities(s, allowed, lse) -> None:
     block, masked = _mask_arg(allowed)
     lse = np.ascontiguousarray(lse, dtype=np.float32)
-    if not (_ok(s) and s.ndim == 3 and lse.ndim == 2 and lse.flags.c_contiguous
+    if _module is None or not (_ok(s) and s.ndim == 3 and lse.ndim == 2 and lse.flags.c_contiguous
             and _mask_ok(block)):
         return _jit().probabilities(s, allowed, lse)
     fn = _module.probabilities if block.flags.writeable else _module.probabilities_ro
@@ -150,7 +168,7 @@ def probabilities(s, allowed, lse) -> None:
 
 def softmax_grad(dp, p, delta) -> None:
     delta = np.ascontiguousarray(delta, dtype=np.float32)
-    if not (_ok(dp, p) and dp.ndim == p.ndim == 3 and delta.ndim == 2
+    if _module is None or not (_ok(dp, p) and dp.ndim == p.ndim == 3 and delta.ndim == 2
             and delta.flags.c_contiguous):
         return _jit().softmax_grad(dp, p, delta)
     _module.softmax_grad(dp, p, delta if delta.flags.writeable else delta.copy())

@@ -54,11 +54,14 @@ def build(force: bool = False) -> tuple[Path, bool]:
             raise RuntimeError(f"qkv warm: the prebuilt step differs from the JIT ({mismatch}); "
                                "nothing installed, the JIT will run")
         for stale in target.parent.glob(f"{aot.NAME}_*"):
-            if stale != target:
+            if stale.name.split(".")[0] != target.name.split(".")[0]:
                 stale.unlink()  # other keys: never loaded again
-        ready = Path(tmp) / "ready"
+        ready, sums = Path(tmp) / "ready", Path(tmp) / "sums"
         shutil.copyfile(built, ready)
-        os.replace(ready, target)  # atomic: a concurrent process sees the old file or the new
+        sums.write_text(aot.digest(ready) + "\n")
+        # each replace is atomic; between the two a loader sees a mismatch and runs the JIT
+        os.replace(ready, target)
+        os.replace(sums, target.with_suffix(".sha256"))
     aot.forget()
     return target, True
 
@@ -66,11 +69,11 @@ def build(force: bool = False) -> tuple[Path, bool]:
 def _compile(out_dir: Path, module_name: str) -> Path:
     import llvmlite.binding as llvm
     from numba import types
-    from numba.pycc import compiler as pycc_compiler
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # pycc's pending-deprecation notice
         from numba.pycc import CC
+        from numba.pycc import compiler as pycc_compiler
 
         cc = CC(module_name)
     cc.output_dir = str(out_dir)
