@@ -302,8 +302,8 @@ def report_header(blas: str, backend: str, square: float, first: dict) -> None:
           "Either can exceed 1.0: masked cases count only the allowed pairs' work, and qkv's "
           "threads may run the tile GEMMs faster than the probe did at that moment.")
     if first:
-        print("First call in a fresh process: " + ", ".join(f"{k} {v:.2f} s"
-                                                          for k, v in first.items()))
+        print("First call in a fresh process: " + ", ".join(
+            k if math.isnan(v) else f"{k} {v:.2f} s" for k, v in first.items()))
     print(header)
     print("-" * len(header), flush=True)
 
@@ -384,25 +384,51 @@ qkv.attention(x, x, x, mask=qkv.causal())
 t2 = time.perf_counter()
 print(t1 - t0, t2 - t1)
 """
+# How a fresh process gets its compiled tile step: Numba's JIT with an empty cache (a compile),
+# with the cache that run left, and the module `qkv warm` built ahead of time.
+FIRST_CALL_MODES = ("cold JIT", "JIT cache", "prebuilt")
+
+
+def first_call(mode: str, numba_cache: str, qkv_cache: str | None = None,
+               backend: str = "compiled") -> tuple[float, float]:
+    """(import qkv, first attention call) in seconds, in a fresh process, for one of
+    :data:`FIRST_CALL_MODES` (``qkv_cache``: the prebuilt module's folder, for "prebuilt")."""
+    import subprocess
+
+    env = dict(os.environ, NUMBA_CACHE_DIR=numba_cache, QKV_BACKEND=backend,
+               QKV_AOT="1" if mode == "prebuilt" else "0")
+    if qkv_cache is not None:
+        env["QKV_CACHE_DIR"] = qkv_cache
+    run = subprocess.run([sys.executable, "-c", FIRST_CALL], env=env, capture_output=True,
+                         text=True, timeout=300)
+    if run.returncode != 0:
+        raise RuntimeError(f"first call ({mode}) failed:\n{run.stderr}")
+    imported, first = (float(x) for x in run.stdout.split())
+    return imported, first
 
 
 def first_call_costs(backend: str) -> dict:
     """Seconds for ``import qkv`` and the first attention call, in fresh processes: with an
-    empty Numba cache (the compile) and with the cache the first run left (the usual case)."""
-    import subprocess
+    empty Numba cache (the compile), with the cache the first run left, and with the module
+    ``qkv warm`` built (when the user's cache has a current one)."""
     import tempfile
 
+    from qkv.engine.step import aot
+
     costs = {}
+    modes = list(FIRST_CALL_MODES[:2] if backend == "compiled" else ("numpy",))
+    if backend == "compiled" and aot.available():
+        modes.append("prebuilt")
     with tempfile.TemporaryDirectory() as cache:
-        env = dict(os.environ, NUMBA_CACHE_DIR=cache, QKV_BACKEND=backend)
-        for label in ("cold", "warm"):
-            run = subprocess.run([sys.executable, "-c", FIRST_CALL], env=env,
-                                 capture_output=True, text=True, timeout=300)
-            if run.returncode != 0:
+        for mode in modes:
+            try:
+                imported, first = first_call(mode, cache, backend=backend)
+            except (RuntimeError, ValueError):
                 return {"first call": math.nan}
-            imported, first = (float(x) for x in run.stdout.split())
-            costs[f"import qkv ({label})"] = imported
-            costs[f"first attention ({label} cache)"] = first
+            costs[f"import qkv ({mode})"] = imported
+            costs[f"first attention ({mode})"] = first
+    if backend == "compiled" and "prebuilt" not in modes:
+        costs["prebuilt: absent, run `qkv warm`"] = math.nan
     return costs
 
 
