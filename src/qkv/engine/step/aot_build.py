@@ -1,0 +1,154 @@
+"""Build the ahead-of-time tile step of :mod:`.aot` with ``numba.pycc`` (``qkv warm``).
+
+``numba.pycc`` is pending deprecation in Numba (since 0.57) but present in 0.68; its
+announced successor is not released. The exported entry points are trampolines that call the
+JIT's own dispatchers, so the code inside is compiled with the JIT's fastmath flags, for the host
+CPU (``target_cpu``) as the JIT does; pycc's Python wrappers would hold the GIL, so its flags are
+swapped for ones that release it during the compile. The result is checked bitwise against the
+JIT before it is installed.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import tempfile
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+from . import aot
+from . import compiled as jit
+
+_online, _probs, _grad = jit._online_softmax, jit._probabilities, jit._softmax_grad
+
+
+def _call_online_softmax(s, allowed, masked, m, row_sum, acc, has_acc):
+    _online(s, allowed, masked, m, row_sum, acc, has_acc)
+
+
+def _call_probabilities(s, allowed, masked, lse):
+    _probs(s, allowed, masked, lse)
+
+
+def _call_softmax_grad(dp, p, delta):
+    _grad(dp, p, delta)
+
+
+def build(force: bool = False) -> tuple[Path, bool]:
+    """Build the module for this key into :func:`.aot.cache_dir` unless it is there and loads
+    (``force``: rebuild anyway). Returns (path, whether it was built). Raises RuntimeError,
+    installing nothing, if the build differs from the JIT."""
+    target = aot.path()
+    aot.forget()
+    if not force and target.exists() and aot.load() is not None:
+        return target, False
+    target.parent.mkdir(parents=True, exist_ok=True)
+    name = target.name.split(".")[0]
+    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+        built = _compile(Path(tmp), name)
+        mismatch = check_against_jit(built)
+        if mismatch:
+            raise RuntimeError(f"qkv warm: the prebuilt step differs from the JIT ({mismatch}); "
+                               "nothing installed, the JIT will run")
+        for stale in target.parent.glob(f"{aot.NAME}_*"):
+            if stale.name.split(".")[0] != target.name.split(".")[0]:
+                stale.unlink()  # other keys: never loaded again
+        ready, sums = Path(tmp) / "ready", Path(tmp) / "sums"
+        shutil.copyfile(built, ready)
+        sums.write_text(aot.digest(ready) + "\n")
+        # each replace is atomic; between the two a loader sees a mismatch and runs the JIT
+        os.replace(ready, target)
+        os.replace(sums, target.with_suffix(".sha256"))
+    aot.forget()
+    return target, True
+
+
+def _compile(out_dir: Path, module_name: str) -> Path:
+    import llvmlite.binding as llvm
+    from numba import types
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # pycc's pending-deprecation notice
+        from numba.pycc import CC
+        from numba.pycc import compiler as pycc_compiler
+
+        cc = CC(module_name)
+    cc.output_dir = str(out_dir)
+    cc.verbose = False
+    cc.target_cpu = llvm.get_host_cpu_name()  # as the JIT: the same vectors, the same sums
+    f3, f2 = types.Array(types.float32, 3, "C"), types.Array(types.float32, 2, "C")
+    for suffix, mask in (("", types.Array(types.bool_, 3, "C")),
+                         ("_ro", types.Array(types.bool_, 3, "C", readonly=True))):
+        cc.export(f"online_softmax{suffix}",
+                  types.void(f3, mask, types.bool_, f2, f2, f3, types.bool_))(_call_online_softmax)
+        cc.export(f"probabilities{suffix}",
+                  types.void(f3, mask, types.bool_, f2))(_call_probabilities)
+    cc.export("softmax_grad", types.void(f3, f3, f2))(_call_softmax_grad)
+
+    plain = pycc_compiler.Flags
+
+    class Flags(plain):  # pycc's wrappers would hold the GIL; the JIT's release it
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.release_gil = True
+
+    pycc_compiler.Flags = Flags
+    try:
+        cc.compile()
+    finally:
+        pycc_compiler.Flags = plain
+    return next(out_dir.glob(f"{module_name}.*"))
+
+
+def _import(file: Path):
+    spec = importlib.util.spec_from_file_location(file.name.split(".")[0], file)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def check_against_jit(file: Path) -> str:
+    """'' when the module at ``file`` gives the JIT's bits on tiles that reach every branch
+    (masked or not, −inf rows, rows with nothing allowed, an accumulator, readonly masks);
+    otherwise which function and tile differ."""
+    module = _import(file)
+    rng = np.random.default_rng(0)
+    for planes, keys, queries in ((1, 256, 128), (3, 17, 33)):
+        s = (rng.standard_normal((planes, keys, queries)) * 4).astype(np.float32)
+        s[:, :, 0] = -np.inf  # a query whose scores are all −inf
+        allowed = rng.random((planes, keys, queries)) < 0.7
+        allowed[:, :, 1] = False  # a query with nothing allowed
+        readonly = allowed.copy()
+        readonly.flags.writeable = False
+        m0 = rng.standard_normal((planes, queries)).astype(np.float32)
+        sum0 = rng.random((planes, queries)).astype(np.float32)
+        acc0 = rng.standard_normal((planes, queries, 8)).astype(np.float32)
+        for name, mask in (("online_softmax", allowed), ("online_softmax_ro", readonly),
+                           ("online_softmax", None)):
+            ours, theirs = ([x.copy() for x in (s, m0, sum0, acc0)] for _ in range(2))
+            block, masked = aot._mask_arg(mask)
+            getattr(module, name)(ours[0], block, masked, ours[1], ours[2], ours[3], True)
+            jit.online_softmax(*theirs[:1], mask, *theirs[1:])
+            if not all(np.array_equal(a, b, equal_nan=True) for a, b in zip(ours, theirs,
+                                                                             strict=True)):
+                return f"{name}, tile {s.shape}"
+        lse = m0 + np.float32(3)
+        lse[:, 2] = -np.inf  # a query with no allowed key
+        for name, mask in (("probabilities", allowed), ("probabilities_ro", readonly),
+                           ("probabilities", None)):
+            ours, theirs = s.copy(), s.copy()
+            block, masked = aot._mask_arg(mask)
+            getattr(module, name)(ours, block, masked, lse)
+            jit.probabilities(theirs, mask, lse)
+            if not np.array_equal(ours, theirs, equal_nan=True):
+                return f"{name}, tile {s.shape}"
+        p = np.where(allowed, rng.random(s.shape), 0).astype(np.float32)
+        ours, theirs = s.copy(), s.copy()
+        module.softmax_grad(ours, p, m0)
+        jit.softmax_grad(theirs, p, m0)
+        if not np.array_equal(ours, theirs, equal_nan=True):
+            return f"softmax_grad, tile {s.shape}"
+    return ""
