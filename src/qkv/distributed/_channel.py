@@ -27,7 +27,9 @@ import hashlib
 import os
 import pickle
 import sys
+import threading
 import time
+from contextlib import contextmanager
 from dataclasses import fields, is_dataclass
 
 import numpy as np
@@ -35,6 +37,7 @@ import numpy as np
 TAG_ABORT = 73
 MESSAGE_BYTES = 4096  # an error message on the abort line or in the agreement, utf-8
 DEFAULT_TIMEOUT = 60.0  # seconds; QKV_RING_TIMEOUT overrides
+POLL_EVERY = 0.0002  # seconds between MPI_Testall calls of Channel.progressing's thread
 
 # Requests that never completed after a failure, with the buffers MPI may still write into:
 # kept alive for the life of the process (freeing them would let MPI write into freed memory).
@@ -187,6 +190,7 @@ class Channel:
         self.abort_req = self.comm.Irecv(self.abort_buf, source=self.MPI.ANY_SOURCE,
                                          tag=TAG_ABORT)
         self.aborted = None  # the (rank, message) announced on the abort line
+        self.polled = 0  # blocks of compute during which a thread moved the transfers
 
     def computed(self, seconds: float) -> None:
         self.slowest = max(self.slowest, seconds)
@@ -213,6 +217,49 @@ class Channel:
         """
         if self.pending:
             self.MPI.Request.Testall([r for r, _ in self.pending])
+
+    @property
+    def can_progress(self) -> bool:
+        """Whether a second thread may call MPI (``MPI_THREAD_SERIALIZED`` or better)."""
+        return self.MPI.Query_thread() >= self.MPI.THREAD_SERIALIZED
+
+    @contextmanager
+    def progressing(self, every: float = POLL_EVERY):
+        """Move this call's pending transfers while the block computes: a thread calls
+        ``MPI_Testall`` on them every ``every`` seconds until they complete or the block ends.
+
+        Why a thread: over TCP, OpenMPI moves a large message only inside MPI calls, and one
+        engine call (a backward step: seconds at large shards) makes none; the compute releases
+        the GIL in its GEMMs and compiled steps, so the thread gets to run. Thread safety: the
+        block must make no MPI call itself — the thread is then the process's only MPI caller
+        while it runs, which ``MPI_THREAD_SERIALIZED`` allows (mpi4py asks for
+        ``MPI_THREAD_MULTIPLE``, OpenMPI 4 grants it). Below that level (``mpi4py.rc.thread_level``
+        set lower), no thread starts and the transfers move at the next wait; ``polled`` says
+        which happened. An MPI error in the thread is raised when the block ends.
+        """
+        reqs = [r for r, _ in self.pending]
+        if not reqs or not self.can_progress:
+            yield
+            return
+        stop, failed = threading.Event(), []
+
+        def poll():
+            try:
+                while not stop.is_set() and not self.MPI.Request.Testall(reqs):
+                    stop.wait(every)
+            except Exception as exc:  # raised in the caller's thread, below
+                failed.append(exc)
+
+        thread = threading.Thread(target=poll, name="qkv-ring-progress", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join()
+            self.polled += 1
+        if failed:
+            raise failed[0]
 
     def _heard_abort(self) -> bool:
         if self.aborted is None and self.abort_req.Test():
