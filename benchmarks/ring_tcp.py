@@ -22,8 +22,9 @@ shared). Results: docs/distributed.md, "Across hosts, tested on one machine".
 ``--backward`` times ``ring_attention_backward`` instead (given the forward's out and lse): C is
 its compute per step and W its wait per *hop*, every transfer the rank waits for — kv shards
 and the dk/dv accumulators (each as large as a kv shard in float32) — counted from the ring's
-``stats["hops"]``. ``wall−C`` is the rest of the call beyond its compute, per hop: the waits
-plus anything the ring does between steps. A backward step does about 2.5× the forward's flops.
+``stats["hop_waits"]``. A backward step does about 2.5× the forward's flops. Both modes print
+``other``: the call's wall time beyond its compute and waits (checks, agreements between the
+ranks, merges; and a neighbour that started late), per call.
 """
 
 from __future__ import annotations
@@ -78,10 +79,10 @@ def rank_main(ns: list[int], dim: int, backward: bool) -> None:
             comm.Barrier()
             start = time.perf_counter()
             call(stats=stats)
-            # hops: transfers this rank waited for (the code before stats["hops"]: the forward's
-            # P − 1 kv shards; its backward also waited for P − 1 accumulators in the ring and
-            # one last hop that wait_s did not count)
-            hops = stats.get("hops", (size - 1) * (2 if backward else 1))
+            # hops: transfers this rank waited for (code before stats["hop_waits"]: the forward's
+            # P − 1 kv shards; its backward's P − 1 kv shards and P − 1 of its P accumulator
+            # hops — its wait_s left out the last hop home)
+            hops = len(stats.get("hop_waits", [])) or (size - 1) * (2 if backward else 1)
             runs.append((time.perf_counter() - start, stats["compute_s"], stats["wait_s"], hops))
         wall, compute, wait, hops = min(runs)
         mine = {"rank": rank, "transfer_s": best_t, "compute_s": compute, "wait_s": wait,
@@ -127,19 +128,19 @@ def main() -> int:
     print(f"2 ranks in 2 network namespaces, TCP only, links {args.rate}; causal zigzag, "
           f"D={args.dim}, float32, {what}; per step (C) and transfer (T, W), the rank that "
           "waited most")
-    print("     N      c   shard_KB   T_ms   C_ms   W_ms  wall-C  hops  max(0,T-C)  F_GFLOP/s  "
+    print("     N      c   shard_KB   T_ms   C_ms   W_ms  hops  other_ms  max(0,T-C)  F_GFLOP/s  "
           "B_MB/s  C≥T  c*=4F/B")
     for row in rows:
         c, d = row["c"], row["dim"]
         r = max(row["ranks"], key=lambda x: x["wait_s"])
         steps, hops = r["steps"], r["hops"]
         t, cm, w = r["transfer_s"], r["compute_s"] / steps, r["wait_s"] / hops
-        rest = (r["wall_s"] - r["compute_s"]) / hops
+        other = r["wall_s"] - r["compute_s"] - r["wait_s"]
         flops = 2 * c * c * d * (2.5 if args.backward else 1)  # a causal zigzag step: ½ 4·c²·D
         f = flops / cm
         b = 8 * c * d / t
         print(f"{row['n']:6d} {c:6d} {8 * c * d / 1024:9.0f} {1e3 * t:6.2f} {1e3 * cm:6.2f} "
-              f"{1e3 * w:6.2f} {1e3 * rest:7.2f} {hops:5d} {1e3 * max(0.0, t - cm):11.2f} "
+              f"{1e3 * w:6.2f} {hops:5d} {1e3 * other:9.2f} {1e3 * max(0.0, t - cm):11.2f} "
               f"{f / 1e9:10.1f} {b / 1e6:7.1f}  {'yes' if cm >= t else 'no ':3s} "
               f"{4 * f / b:8.0f}")
     return 0

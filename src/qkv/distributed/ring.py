@@ -254,7 +254,8 @@ def _travel(ring: _Ring, k: np.ndarray, v: np.ndarray, stats: dict, progress=Non
         started = time.perf_counter()
         ch.wait(reqs, f"the kv shard from rank {ring.left} (step {t + 1})")
         stats["wait_s"] += time.perf_counter() - started
-        stats["hops"] += bool(reqs)
+        if reqs:
+            stats["hop_waits"].append(("kv", time.perf_counter() - started))
         if progress is not None:
             progress(t, src)
         cur = nxt
@@ -263,7 +264,8 @@ def _travel(ring: _Ring, k: np.ndarray, v: np.ndarray, stats: dict, progress=Non
 def _new_stats(stats: dict | None) -> dict:
     stats = {} if stats is None else stats
     stats.clear()
-    stats.update(computed=[], skipped=[], compute_s=0.0, wait_s=0.0, hops=0)
+    stats.update(computed=[], skipped=[], compute_s=0.0, wait_s=0.0,
+                 hop_waits=[])
     return stats
 
 
@@ -366,11 +368,12 @@ def ring_attention_backward(q, k, v, out, lse, dout, mask=None, bias=None, scale
     def grad_sizes(src):
         return int(np.prod(ring.k_shapes[src])), int(np.prod(ring.v_shapes[src]))
 
-    def waited(reqs, what, hop=True):
+    def waited(reqs, what, hop=None):
         started = time.perf_counter()
         ch.wait(reqs, what)
         stats["wait_s"] += time.perf_counter() - started
-        stats["hops"] += hop
+        if hop is not None:
+            stats["hop_waits"].append((hop, time.perf_counter() - started))
 
     def contribute(part, acc, src, q0, q1):
         """Add the gradients of query rows q0:q1 against shard ``src`` (``part``): dq at home,
@@ -423,8 +426,7 @@ def ring_attention_backward(q, k, v, out, lse, dout, mask=None, bias=None, scale
             # arriving from the left — summed there while we compute our own part of it.
             i = (t - 1) % 2
             if sends[i] is not None:  # this buffer left two steps ago: make sure it has gone
-                waited([sends[i]], f"rank {ring.right} to take a gradient accumulator",
-                       hop=False)
+                waited([sends[i]], f"rank {ring.right} to take a gradient accumulator")
             nk_, nv_ = grad_sizes(src)
             acc = leaving[i][: nk_ + nv_]
             acc[...] = 0
@@ -435,7 +437,7 @@ def ring_attention_backward(q, k, v, out, lse, dout, mask=None, bias=None, scale
             worked = contribute(ring.problem(src, k_src, v_src), acc, src, 0, p.nq)
             stats["computed" if worked else "skipped"].append(src)
             if recv is not None:
-                waited([recv], f"a gradient accumulator from rank {ring.left}")
+                waited([recv], f"a gradient accumulator from rank {ring.left}", "dkv")
                 acc += arriving[: nk_ + nv_]
             sends[i] = ch.isend(acc.view(np.uint8), dest=ring.right, tag=TAG_GRAD)
         # The rest of our own shard, while its accumulator makes the last hop home (P − 1 hops:
@@ -449,10 +451,10 @@ def ring_attention_backward(q, k, v, out, lse, dout, mask=None, bias=None, scale
             stats["skipped"].remove(ring.rank)
             stats["computed"].insert(0, ring.rank)
         if recv is not None:
-            waited([recv], f"the last gradient accumulator from rank {ring.left}")
+            waited([recv], f"the last gradient accumulator from rank {ring.left}", "dkv")
             np.add(home, arriving[: home.size], out=home)
             waited([r for r in sends if r is not None],
-                   f"rank {ring.right} to take a gradient accumulator", hop=False)
+                   f"rank {ring.right} to take a gradient accumulator")
 
     ring.run(body)
     nk_, _ = grad_sizes(ring.rank)
