@@ -73,3 +73,56 @@ def test_fully_masked_rows_get_zero_gradient():
     dq, dk, dv = qkv.attention_backward(q, k, v, out, lse, np.ones_like(out), mask=mask)
     assert not dq[3:].any() and not dk[4:].any() and not dv[4:].any()
     assert np.isfinite(dq).all()
+
+
+@pytest.mark.parametrize("path", KERNEL_PATHS)
+@pytest.mark.parametrize("backend", BACKEND_PARAMS)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_backward_into_adds_the_blocks_gradients_in_place(path, backend, dtype):
+    """engine.backward(..., into=(dk, dv)) over two query blocks adds dK, dV of all the queries
+    to what the arrays held — the ring's use (blocks of queries against one kv shard)."""
+    from qkv import engine
+
+    rng = np.random.default_rng(3)
+    q = rng.standard_normal((2, 4, 21, 5)).astype(dtype)
+    k = rng.standard_normal((2, 2, 17, 5)).astype(dtype)  # GQA: 2 query heads per kv head
+    v = rng.standard_normal((2, 2, 17, 3)).astype(dtype)
+    mask = qkv.causal()
+    out, lse = qkv.attention(q, k, v, mask=mask, return_lse=True)
+    dout = rng.standard_normal(out.shape).astype(dtype)
+    start = [rng.standard_normal(x.shape) for x in (k, v)]  # what the accumulators held
+    into = tuple(s.astype(dtype) for s in start)
+    dq = np.empty(q.shape, dtype)
+    with kernel_path(path, backend):
+        for rows in (slice(0, 9), slice(9, 21)):
+            pos = np.arange(21)[rows]
+            p = engine.prepare(q[..., rows, :], k, v, mask, positions=(pos, np.arange(17), 21, 17))
+            dq[..., rows, :], dk, dv = engine.backward(p, out[..., rows, :], lse[..., rows],
+                                                       dout[..., rows, :], into=into)
+            assert dk is into[0] and dv is into[1]
+    dq_ref, dk_ref, dv_ref = reference.attention_backward(q, k, v, dout, mask=mask)
+    atols = grad_atols(q, k, v, dout)
+    eps = np.finfo(dtype).eps
+    np.testing.assert_allclose(dq, dq_ref, atol=atols[0], rtol=0)
+    for got, s, ref, atol in ((into[0], start[0], dk_ref, atols[1]),
+                              (into[1], start[1], dv_ref, atols[2])):
+        # the start values and two additions of rounded sums: |start|·eps per addition
+        np.testing.assert_allclose(got, s + ref, atol=atol + 4 * eps * np.abs(s).max(), rtol=0)
+
+
+def test_backward_into_refuses_arrays_of_the_wrong_shape_or_dtype():
+    from qkv import engine
+
+    x = np.ones((1, 3, 4), np.float32)
+    p = engine.prepare(x, x, x)
+    out, lse = qkv.attention(x, x, x, return_lse=True)
+    good = np.zeros((1, 1, 3, 4), np.float32)
+    for into, error, words in (
+            ((good, np.zeros((1, 1, 3, 5), np.float32)), ValueError, "into's dv has shape"),
+            ((good, np.zeros((1, 1, 3, 4), np.float64)), ValueError, "dtype float64"),
+            ((good, np.zeros((1, 1, 4, 3), np.float32).T), ValueError, "shape"),
+            ((good, np.zeros((1, 1, 3, 8), np.float32)[..., ::2]), ValueError, "C-contiguous"),
+            ([good, good], TypeError, "into must be a tuple"),
+            ((good, good.tolist()), TypeError, "NumPy array")):
+        with pytest.raises(error, match=words):
+            engine.backward(p, out, lse, np.ones_like(out), into=into)

@@ -27,7 +27,9 @@ import hashlib
 import os
 import pickle
 import sys
+import threading
 import time
+from contextlib import contextmanager
 from dataclasses import fields, is_dataclass
 
 import numpy as np
@@ -35,6 +37,7 @@ import numpy as np
 TAG_ABORT = 73
 MESSAGE_BYTES = 4096  # an error message on the abort line or in the agreement, utf-8
 DEFAULT_TIMEOUT = 60.0  # seconds; QKV_RING_TIMEOUT overrides
+POLL_EVERY = 0.0002  # seconds between MPI_Testall calls of Channel.progressing's thread
 
 # Requests that never completed after a failure, with the buffers MPI may still write into:
 # kept alive for the life of the process (freeing them would let MPI write into freed memory).
@@ -187,6 +190,9 @@ class Channel:
         self.abort_req = self.comm.Irecv(self.abort_buf, source=self.MPI.ANY_SOURCE,
                                          tag=TAG_ABORT)
         self.aborted = None  # the (rank, message) announced on the abort line
+        self.polled = 0  # blocks of compute during which a thread moved the transfers
+        self._poller, self._lock, self._wake = None, threading.Lock(), threading.Event()
+        self._polling, self._closing, self._poll_error = None, False, []
 
     def computed(self, seconds: float) -> None:
         self.slowest = max(self.slowest, seconds)
@@ -213,6 +219,75 @@ class Channel:
         """
         if self.pending:
             self.MPI.Request.Testall([r for r, _ in self.pending])
+
+    @property
+    def can_progress(self) -> bool:
+        """Whether a second thread may call MPI (``MPI_THREAD_SERIALIZED`` or better)."""
+        return self.MPI.Query_thread() >= self.MPI.THREAD_SERIALIZED
+
+    @contextmanager
+    def progressing(self):
+        """Move this call's pending transfers while the block computes: a thread calls
+        ``MPI_Testall`` on them every ``POLL_EVERY`` seconds until they complete or the block
+        ends.
+
+        Why a thread: over TCP, OpenMPI moves a large message only inside MPI calls, and one
+        engine call (a backward step: seconds at large shards) makes none; the compute releases
+        the GIL in its GEMMs and compiled steps, so the thread gets to run. Thread safety: the
+        block must make no MPI call itself, and the thread tests only under ``self._lock``,
+        which leaving the block takes — so the thread is the process's only MPI caller while it
+        runs, which ``MPI_THREAD_SERIALIZED`` allows (mpi4py asks for ``MPI_THREAD_MULTIPLE``;
+        OpenMPI 4 grants it). One thread serves the whole call, parked between blocks: a thread
+        started and joined per block cost 1–16 ms per step on the loaded 2-core machine (the
+        caller waiting to be scheduled again after ``start``/``join``), as much as a small step
+        computes. Below ``MPI_THREAD_SERIALIZED`` (``mpi4py.rc.thread_level`` set lower) no
+        thread runs and the transfers move at the next wait; ``polled`` counts the blocks a
+        thread served. An MPI error in the thread is raised when the block ends.
+        """
+        reqs = [r for r, _ in self.pending]
+        if not reqs or not self.can_progress:
+            yield
+            return
+        if self._poller is None:
+            self._poller = threading.Thread(target=self._poll_loop, name="qkv-ring-progress",
+                                            daemon=True)
+            self._poller.start()
+        with self._lock:
+            self._polling = reqs
+        self._wake.set()
+        try:
+            yield
+        finally:
+            with self._lock:  # waits only for a Testall under way (microseconds)
+                self._polling = None
+                self._wake.clear()
+            self.polled += 1
+        if self._poll_error:
+            raise self._poll_error.pop()
+
+    def _poll_loop(self) -> None:
+        while True:
+            self._wake.wait()
+            with self._lock:
+                if self._closing:
+                    return
+                try:
+                    if self._polling is not None and self.MPI.Request.Testall(self._polling):
+                        self._polling = None  # all complete: park until the next block
+                        self._wake.clear()
+                except Exception as exc:  # raised in the caller's thread (progressing)
+                    self._poll_error.append(exc)
+                    self._polling = None
+                    self._wake.clear()
+            time.sleep(POLL_EVERY)
+
+    def _stop_poller(self) -> None:
+        if self._poller is not None:
+            with self._lock:
+                self._closing = True
+                self._wake.set()
+            self._poller.join()
+            self._poller = None
 
     def _heard_abort(self) -> bool:
         if self.aborted is None and self.abort_req.Test():
@@ -260,6 +335,7 @@ class Channel:
             self.close(clean=not result[0])
 
     def close(self, clean: bool) -> None:
+        self._stop_poller()
         if clean:  # everything completed: the ordinary path
             self.abort_req.Cancel()
             self.abort_req.Wait()

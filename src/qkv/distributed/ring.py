@@ -254,6 +254,8 @@ def _travel(ring: _Ring, k: np.ndarray, v: np.ndarray, stats: dict, progress=Non
         started = time.perf_counter()
         ch.wait(reqs, f"the kv shard from rank {ring.left} (step {t + 1})")
         stats["wait_s"] += time.perf_counter() - started
+        if reqs:
+            stats["hop_waits"].append(("kv", time.perf_counter() - started))
         if progress is not None:
             progress(t, src)
         cur = nxt
@@ -262,7 +264,8 @@ def _travel(ring: _Ring, k: np.ndarray, v: np.ndarray, stats: dict, progress=Non
 def _new_stats(stats: dict | None) -> dict:
     stats = {} if stats is None else stats
     stats.clear()
-    stats.update(computed=[], skipped=[], compute_s=0.0, wait_s=0.0)
+    stats.update(computed=[], skipped=[], compute_s=0.0, wait_s=0.0,
+                 hop_waits=[])
     return stats
 
 
@@ -360,73 +363,102 @@ def ring_attention_backward(q, k, v, out, lse, dout, mask=None, bias=None, scale
     ring = _setup(q, k, v, mask, bias, scale, comm, layout, check_finite, stats, timeout, check)
     stats = _new_stats(stats)
     p, c = ring.p, ring.p.compute
-    ch = ring.channel
+    ch, size = ring.channel, ring.size
 
     def grad_sizes(src):
         return int(np.prod(ring.k_shapes[src])), int(np.prod(ring.v_shapes[src]))
 
+    def waited(reqs, what, hop=None):
+        started = time.perf_counter()
+        ch.wait(reqs, what)
+        stats["wait_s"] += time.perf_counter() - started
+        if hop is not None:
+            stats["hop_waits"].append((hop, time.perf_counter() - started))
+
+    def contribute(part, acc, src, q0, q1):
+        """Add the gradients of query rows q0:q1 against shard ``src`` (``part``): dq at home,
+        dk | dv into the flat accumulator ``acc``, while a thread moves the transfers."""
+        block = _rows(part, q0, q1)
+        if not engine.has_work(block):
+            return False
+        nk_, nv_ = grad_sizes(src)
+        flat_k, flat_v = ((p.batch_size, p.hkv, part.nk, d) for d in (p.dk, p.dv))
+        # The shard's own batch dims (no broadcasting): the accumulator *is* dk | dv, flat.
+        direct = nk_ == np.prod(flat_k) and nv_ == np.prod(flat_v)
+        into = ((acc[:nk_].reshape(flat_k), acc[nk_:].reshape(flat_v)) if direct
+                else (np.zeros(flat_k, c), np.zeros(flat_v, c)))
+        started = time.perf_counter()
+        with ch.progressing():
+            dq_b, dk_b, dv_b = engine.backward(
+                block, held["out"][..., q0:q1, :], held["lse"][..., q0:q1],
+                held["dout"][..., q0:q1, :], into=into)
+        dq[:, :, q0:q1] += dq_b
+        if not direct:  # k or v broadcast along batch dims: sum back to the shard's shape
+            for g, shape, flat in ((dk_b, ring.k_shapes[src], acc[:nk_]),
+                                   (dv_b, ring.v_shapes[src], acc[nk_:])):
+                flat += unbroadcast(g.reshape(*p.batch_shape, *g.shape[-3:]), shape,
+                                    p.two_d).reshape(-1)
+        elapsed = time.perf_counter() - started
+        ch.computed(elapsed)
+        stats["compute_s"] += elapsed
+        return True
+
+    dq = np.zeros((p.batch_size, p.hq, p.nq, p.dk), dtype=c)  # (B, Hq, nq_r, Dk), stays home
+    home = np.zeros(sum(grad_sizes(ring.rank)), dtype=c)  # dk | dv of this rank's own shard
+
     def body():
-        dq = np.zeros((p.batch_size, p.hq, p.nq, p.q.shape[-1]), dtype=c)  # (B, Hq, nq_r, Dk)
-        most = max(sum(grad_sizes(s)) for s in range(ring.size))
-        acc_bufs = [np.empty(most, dtype=c) for _ in range(2)]  # dk | dv of one shard, travelling
+        most = max(sum(grad_sizes(s)) for s in range(size))
+        # Accumulators: two leaving (one may still be in flight while the next is summed),
+        # one arriving. With the two kv buffers of _travel: at most 3 buffers in flight.
+        leaving = [np.empty(most, dtype=c) for _ in range(min(size - 1, 2))]
+        arriving = np.empty(most, dtype=c) if size > 1 else None
         sends = [None, None]
-        acc = None
+        with kernel_config() as cfg:  # the own shard's split, in whole query tiles
+            half = min(p.nq, -(-p.nq // 2 // cfg.tile_q) * cfg.tile_q)
+        own = ring.problem(ring.rank, np.asarray(k), np.asarray(v))  # kept home, never received
         for t, (src, k_src, v_src) in enumerate(_travel(ring, np.asarray(k), np.asarray(v),
                                                         stats, progress)):
-            if sends[t % 2] is not None:  # this buffer left two steps ago: make sure it has gone
-                ch.wait([sends[t % 2]], f"rank {ring.right} to take a gradient accumulator")
+            if t == 0:  # our own shard, its first half: hides the first kv shard's transfer
+                worked = contribute(own, home, src, 0, half)
+                stats["computed" if worked else "skipped"].append(src)
+                continue
+            # Shard src's accumulator: started here at t = 1 (src's right neighbour), else
+            # arriving from the left — summed there while we compute our own part of it.
+            i = (t - 1) % 2
+            if sends[i] is not None:  # this buffer left two steps ago: make sure it has gone
+                waited([sends[i]], f"rank {ring.right} to take a gradient accumulator")
             nk_, nv_ = grad_sizes(src)
-            acc = acc_bufs[t % 2][: nk_ + nv_]
-            recv = ch.irecv(acc.view(np.uint8), source=ring.left, tag=TAG_GRAD) if t else None
-            part = ring.problem(src, k_src, v_src)
-            contribution = None
-            if engine.has_work(part):
-                started = time.perf_counter()
-                dk_t = dv_t = None
-                for q0, q1 in _blocks(part, ch):
-                    block = _rows(part, q0, q1)
-                    if engine.has_work(block):
-                        dq_b, dk_b, dv_b = engine.backward(
-                            block, held["out"][..., q0:q1, :], held["lse"][..., q0:q1],
-                            held["dout"][..., q0:q1, :])
-                        dq[:, :, q0:q1] += dq_b
-                        if dk_t is None:
-                            dk_t, dv_t = dk_b, dv_b
-                        else:
-                            dk_t += dk_b
-                            dv_t += dv_b
-                    ch.progress()  # let the shard and accumulator in flight move (see _blocks)
-                contribution = [unbroadcast(g.reshape(*p.batch_shape, *g.shape[-3:]), shape,
-                                            p.two_d)
-                                for g, shape in ((dk_t, ring.k_shapes[src]),
-                                                 (dv_t, ring.v_shapes[src]))]
-                ch.computed(time.perf_counter() - started)
-                stats["compute_s"] += time.perf_counter() - started
-                stats["computed"].append(src)
-            else:
-                stats["skipped"].append(src)
-            if recv is not None:  # the accumulator of this shard, from the ranks it visited
-                started = time.perf_counter()
-                ch.wait([recv], f"a gradient accumulator from rank {ring.left}")
-                stats["wait_s"] += time.perf_counter() - started
-            else:
-                acc[...] = 0
-            if contribution is not None:
-                acc[:nk_] += contribution[0].reshape(-1)
-                acc[nk_:] += contribution[1].reshape(-1)
-            if ring.size > 1:
-                sends[t % 2] = ch.isend(acc.view(np.uint8), dest=ring.right, tag=TAG_GRAD)
-        if ring.size > 1:  # the last hop: our own shard's accumulator comes home from the left
-            nk_, nv_ = grad_sizes(ring.rank)
-            acc = np.empty(nk_ + nv_, dtype=c)
-            ch.wait([ch.irecv(acc.view(np.uint8), source=ring.left, tag=TAG_GRAD)],
-                    f"the last gradient accumulator from rank {ring.left}")
-            ch.wait(sends, f"rank {ring.right} to take a gradient accumulator")
-        return dq, acc
+            acc = leaving[i][: nk_ + nv_]
+            acc[...] = 0
+            recv = None
+            if t >= 2:
+                recv = ch.irecv(arriving[: nk_ + nv_].view(np.uint8), source=ring.left,
+                                tag=TAG_GRAD)
+            worked = contribute(ring.problem(src, k_src, v_src), acc, src, 0, p.nq)
+            stats["computed" if worked else "skipped"].append(src)
+            if recv is not None:
+                waited([recv], f"a gradient accumulator from rank {ring.left}", "dkv")
+                acc += arriving[: nk_ + nv_]
+            sends[i] = ch.isend(acc.view(np.uint8), dest=ring.right, tag=TAG_GRAD)
+        # The rest of our own shard, while its accumulator makes the last hop home (P − 1 hops:
+        # from our right neighbour, the first to add to it, round to our left one).
+        recv = None
+        if size > 1:
+            recv = ch.irecv(arriving[: home.size].view(np.uint8), source=ring.left,
+                            tag=TAG_GRAD)
+        worked = contribute(own, home, ring.rank, half, p.nq)
+        if worked and ring.rank in stats["skipped"]:
+            stats["skipped"].remove(ring.rank)
+            stats["computed"].insert(0, ring.rank)
+        if recv is not None:
+            waited([recv], f"the last gradient accumulator from rank {ring.left}", "dkv")
+            np.add(home, arriving[: home.size], out=home)
+            waited([r for r in sends if r is not None],
+                   f"rank {ring.right} to take a gradient accumulator")
 
-    dq, acc = ring.run(body)
+    ring.run(body)
     nk_, _ = grad_sizes(ring.rank)
-    dk = acc[:nk_].reshape(ring.k_shapes[ring.rank])
-    dv = acc[nk_:].reshape(ring.v_shapes[ring.rank])
+    dk = home[:nk_].reshape(ring.k_shapes[ring.rank])
+    dv = home[nk_:].reshape(ring.v_shapes[ring.rank])
     dq = unbroadcast(dq.reshape(*p.batch_shape, *dq.shape[-3:]), np.shape(q), p.two_d)
     return tuple(g.astype(p.dtype, copy=False) for g in (dq, dk, dv))

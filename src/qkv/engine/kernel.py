@@ -588,7 +588,8 @@ def weights(p: Problem) -> np.ndarray:
 @_quietly
 def backward(p: Problem, out: np.ndarray, lse: np.ndarray, dout: np.ndarray,
              dlse: np.ndarray | None = None, *, deterministic: bool = False,
-             dbias: np.ndarray | None = None, whole: bool = False):
+             dbias: np.ndarray | None = None, whole: bool = False,
+             into: tuple[np.ndarray, np.ndarray] | None = None):
     """Gradients ``(dq, dk, dv)`` as ``(B, H, N, D)`` arrays in the compute dtype (flat batch).
 
     FlashAttention-2's backward: for each key tile (a work item), walk every query tile of every
@@ -609,6 +610,12 @@ def backward(p: Problem, out: np.ndarray, lse: np.ndarray, dout: np.ndarray,
     ``dbias``, a zeroed ``(B, Hq, Nq, Nk)`` array in the compute dtype (or None), receives dS —
     the gradient of an additive bias — tile by tile (empty tiles leave their zeros).
 
+    ``into=(dk, dv)``, arrays ``(B, Hkv, Nk, Dk)`` and ``(B, Hkv, Nk, Dv)`` in the compute dtype
+    (C-contiguous, writeable), *adds* this problem's dK and dV to them in place (and returns
+    them as dk, dv): the sum over several calls — query blocks, or a ring's query shards against
+    one kv shard — without a full-size temporary per call. The sum is the same as adding the
+    returned arrays (each key tile's gradient is added into its rows once).
+
     With ``whole`` (these are all the keys the lse was taken over: ``attention_backward``; not
     a ring's kv shard, whose weights sum to its share) the weights recomputed from ``lse`` must
     sum to 1 in every row: each pass also sums P and dS per row. A row far off (past any
@@ -624,9 +631,12 @@ def backward(p: Problem, out: np.ndarray, lse: np.ndarray, dout: np.ndarray,
                          "train with contiguous k, v")
     c = p.compute
     dq_shape = (p.batch_size, p.hq, p.nq, p.dk)
+    if into is not None:
+        _check_into(p, into)
     if p.empty:
-        return (np.zeros(dq_shape, dtype=c), np.zeros((p.batch_size, p.hkv, p.nk, p.dk), c),
-                np.zeros((p.batch_size, p.hkv, p.nk, p.dv), c))
+        dk, dv = into if into is not None else (np.zeros((p.batch_size, p.hkv, p.nk, p.dk), c),
+                                                np.zeros((p.batch_size, p.hkv, p.nk, p.dv), c))
+        return np.zeros(dq_shape, dtype=c), dk, dv
     cfg = current()
     backend, step = _step_for(p, cfg)
     dout_f = dout.reshape(p.batch_size, p.hq, p.nq, p.dv)
@@ -637,16 +647,20 @@ def backward(p: Problem, out: np.ndarray, lse: np.ndarray, dout: np.ndarray,
         delta -= dlse.reshape(delta.shape).astype(c)
     lse_f = lse.reshape(p.batch_size, p.hq, p.nq).astype(c)
     path = "small" if p.nq * p.nk <= cfg.small else "tiled"
+    # A renormalised re-run (``whole``, below) recomputes dK and dV from scratch: it cannot add
+    # into the caller's arrays twice, so with ``whole`` they receive the final result at the end.
+    direct = into if into is not None and not whole else None
 
     def run(delta_used, dout_used):
         sums = np.zeros((2, p.batch_size, p.hq, p.nq), dtype=c)  # Σ_j P, Σ_j dS per row
         if dbias is not None:
             dbias[...] = 0
         if path == "small":
-            grads = _backward_small(p, cfg, step, delta_used, lse_f, dout_used, dbias, sums)
+            grads = _backward_small(p, cfg, step, delta_used, lse_f, dout_used, dbias, sums,
+                                    direct)
         else:
             grads = _backward_tiled(p, cfg, step, delta_used, lse_f, dout_used, deterministic,
-                                    dbias, sums)
+                                    dbias, sums, direct)
         return grads, sums
 
     grads, (psum, dsum) = run(delta, dout_f)
@@ -663,7 +677,29 @@ def backward(p: Problem, out: np.ndarray, lse: np.ndarray, dout: np.ndarray,
             cfg.stats.add_path("backward renormalised")
     if cfg.stats is not None:
         cfg.stats.add_path(f"{path} backward {backend}")
+    if into is not None and direct is None:
+        into[0] += grads[1]
+        into[1] += grads[2]
+        grads = (grads[0], *into)
     return grads
+
+
+def _check_into(p: Problem, into) -> None:
+    """``into=(dk, dv)``: two writeable C-contiguous arrays of the gradients' shapes and dtype."""
+    expect = ((p.batch_size, p.hkv, p.nk, p.dk), (p.batch_size, p.hkv, p.nk, p.dv))
+    if not isinstance(into, tuple) or len(into) != 2:
+        raise TypeError(f"into must be a tuple (dk, dv) of arrays to add into, got "
+                        f"{type(into).__name__}")
+    for name, arr, shape in zip(("dk", "dv"), into, expect, strict=True):
+        if not isinstance(arr, np.ndarray):
+            raise TypeError(f"into's {name} must be a NumPy array, got {type(arr).__name__}")
+        if arr.shape != shape or arr.dtype != p.compute:
+            raise ValueError(f"into's {name} has shape {arr.shape} and dtype {arr.dtype}; this "
+                             f"problem's {name} is {shape} in {np.dtype(p.compute)} (flat batch, "
+                             "kv heads, keys, features): allocate it so")
+        if not (arr.flags.c_contiguous and arr.flags.writeable):
+            raise ValueError(f"into's {name} must be C-contiguous and writeable: pass "
+                             f"np.ascontiguousarray({name}) (a copy) or a fresh np.zeros")
 
 
 def _rows_off(p: Problem, lse: np.ndarray, psum: np.ndarray) -> np.ndarray | None:
@@ -716,12 +752,19 @@ def _softcap_grad(ds: np.ndarray, t: np.ndarray | None) -> None:
         ds *= t
 
 
+def _zeros_or(into, p: Problem) -> tuple[np.ndarray, np.ndarray]:
+    """dK and dV to accumulate into: the caller's (``into``), or new zeros."""
+    if into is not None:
+        return into
+    return (np.zeros((p.batch_size, p.hkv, p.nk, p.dk), dtype=p.compute),
+            np.zeros((p.batch_size, p.hkv, p.nk, p.dv), dtype=p.compute))
+
+
 def _backward_tiled(p, cfg, step, delta, lse_f, dout_f, deterministic=False, dbias=None,
-                    sums=None):
+                    sums=None, into=None):
     c = p.compute
     scale = c.type(p.scale)
-    dk = np.zeros((p.batch_size, p.hkv, p.nk, p.dk), dtype=c)
-    dv = np.zeros((p.batch_size, p.hkv, p.nk, p.dv), dtype=c)
+    dk, dv = _zeros_or(into, p)  # added into tile by tile: one work item owns a key tile
     dq_parts: dict[int, np.ndarray] = {}
     sum_parts: dict[int, np.ndarray] = {}  # per worker: Σ_j P, Σ_j dS per row (see backward)
     q, k, v = p.flat(p.q), _in_compute(p, p.k), _in_compute(p, p.v)
@@ -818,15 +861,14 @@ def _backward_tiled(p, cfg, step, delta, lse_f, dout_f, deterministic=False, dbi
     return dq, dk, dv
 
 
-def _backward_small(p, cfg, step, delta, lse_f, dout_f, dbias=None, sums=None):
+def _backward_small(p, cfg, step, delta, lse_f, dout_f, dbias=None, sums=None, into=None):
     """The backward with all heads at once, for problems whose score matrix per head fits in
     one tile (as :func:`_forward_small`): the same step on every row of every head."""
     c = p.compute
     scale = c.type(p.scale)
     g = (p.batch_size, p.hkv, p.group)
     dq = np.zeros((*g, p.nq, p.dk), dtype=c)
-    dk = np.zeros((p.batch_size, p.hkv, p.nk, p.dk), dtype=c)
-    dv = np.zeros((p.batch_size, p.hkv, p.nk, p.dv), dtype=c)
+    dk, dv = _zeros_or(into, p)  # added into: a chunk of batch rows owns its rows of dK, dV
     q_g = p.flat(p.q).reshape(*g, p.nq, p.dk)
     k_g, v_g = p.flat(p.k)[:, :, None], p.flat(p.v)[:, :, None]  # (B, Hkv, 1, Nk, D)
     do_g = dout_f.reshape(*g, p.nq, p.dv)
@@ -846,7 +888,7 @@ def _backward_small(p, cfg, step, delta, lse_f, dout_f, dbias=None, sums=None):
             sums[0, rows] = s.sum(axis=-2).reshape(n, p.hq, p.nq)
         do = do_g[rows].astype(c, copy=False)  # (b, Hkv, G, Nq, Dv)
         kept = _small_kept(p, rows, s.shape)
-        dv[rows] = ((s if kept is None else s * kept) @ do).sum(axis=2)  # Σ over the group
+        dv[rows] += ((s if kept is None else s * kept) @ do).sum(axis=2)  # Σ over the group
         dp = np.ascontiguousarray(v_g[rows].astype(c, copy=False) @ np.swapaxes(do, -1, -2))
         if kept is not None:
             dp *= kept
@@ -861,7 +903,7 @@ def _backward_small(p, cfg, step, delta, lse_f, dout_f, dbias=None, sums=None):
         k_rows = k_g[rows].astype(c, copy=False)  # (b, Hkv, 1, Nk, Dk)
         dq[rows] = _planes_dot(p, ds, k_rows) * scale  # dS K
         # dSᵀ (Q · scale), as the tiled path: the forward's in-range q·scale
-        dk[rows] = (dp @ (q_g[rows].astype(c) * scale)).sum(axis=2)
+        dk[rows] += (dp @ (q_g[rows].astype(c) * scale)).sum(axis=2)
 
     _run(p, cfg, worker, _small_chunks(p), passes=2.5)
     return dq.reshape(p.batch_size, p.hq, p.nq, p.dk), dk, dv
