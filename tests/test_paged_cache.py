@@ -118,6 +118,19 @@ def test_a_gqa_decode_step_stacks_the_heads_of_each_kv_head(backend, mask):
         np.testing.assert_allclose(out[b], want, rtol=0, atol=2 * atol)
 
 
+def test_position_biases_apply_per_sequence():
+    """ALiBi (a rule, not an array) binds to each sequence's own length, as its contiguous call."""
+    k_pool, v_pool, table, seq_lens, ks, vs = paged([7, 40])
+    q = np.random.default_rng(9).standard_normal((2, 2, 3, 8)).astype(np.float32)
+    with kernel_config(small=0):
+        out = qkv.attention(q, k_pool, v_pool, mask=qkv.causal(), bias=qkv.alibi(),
+                            block_table=table, seq_lens=seq_lens)
+        for b in range(2):
+            np.testing.assert_array_equal(out[b], qkv.attention(q[b], ks[b], vs[b],
+                                                                mask=qkv.causal(),
+                                                                bias=qkv.alibi()))
+
+
 def test_causal_aligns_at_each_sequences_own_length():
     """3 new queries per sequence stand at that sequence's last 3 positions."""
     lens = [5, 12]
@@ -228,6 +241,10 @@ def test_bad_arguments_are_named():
         qkv.attention(q, k_pool[0], v_pool[0], block_table=table, seq_lens=seq_lens)
     with pytest.raises(TypeError, match="must share one dtype"):
         qkv.attention(q.astype(np.float64), k_pool, v_pool, block_table=table,
+                      seq_lens=seq_lens)
+    with pytest.raises(ValueError, match=r"bound to each sequence's own problem .* sequence 0 "
+                                         r"refused them: mask: padding key_lengths"):
+        qkv.attention(q, k_pool, v_pool, mask=qkv.padding([3, 4]), block_table=table,
                       seq_lens=seq_lens)
     with pytest.raises(ValueError, match="multiple of the key/value heads"):
         qkv.attention(np.zeros((2, 3, 1, 8), np.float32), k_pool, v_pool, block_table=table,
