@@ -118,6 +118,19 @@ def test_a_gqa_decode_step_stacks_the_heads_of_each_kv_head(backend, mask):
         np.testing.assert_allclose(out[b], want, rtol=0, atol=2 * atol)
 
 
+def test_position_biases_apply_per_sequence():
+    """ALiBi (a rule, not an array) binds to each sequence's own length, as its contiguous call."""
+    k_pool, v_pool, table, seq_lens, ks, vs = paged([7, 40])
+    q = np.random.default_rng(9).standard_normal((2, 2, 3, 8)).astype(np.float32)
+    with kernel_config(small=0):
+        out = qkv.attention(q, k_pool, v_pool, mask=qkv.causal(), bias=qkv.alibi(),
+                            block_table=table, seq_lens=seq_lens)
+        for b in range(2):
+            np.testing.assert_array_equal(out[b], qkv.attention(q[b], ks[b], vs[b],
+                                                                mask=qkv.causal(),
+                                                                bias=qkv.alibi()))
+
+
 def test_causal_aligns_at_each_sequences_own_length():
     """3 new queries per sequence stand at that sequence's last 3 positions."""
     lens = [5, 12]
@@ -229,6 +242,10 @@ def test_bad_arguments_are_named():
     with pytest.raises(TypeError, match="must share one dtype"):
         qkv.attention(q.astype(np.float64), k_pool, v_pool, block_table=table,
                       seq_lens=seq_lens)
+    with pytest.raises(ValueError, match=r"bound to each sequence's own problem .* sequence 0 "
+                                         r"refused them: mask: padding key_lengths"):
+        qkv.attention(q, k_pool, v_pool, mask=qkv.padding([3, 4]), block_table=table,
+                      seq_lens=seq_lens)
     with pytest.raises(ValueError, match="multiple of the key/value heads"):
         qkv.attention(np.zeros((2, 3, 1, 8), np.float32), k_pool, v_pool, block_table=table,
                       seq_lens=seq_lens)
@@ -302,6 +319,45 @@ def test_continuous_batching_release_then_reuse():
         alone = _run(model, tokens, nn.KVCache(len(model.blocks)), prefill=1)
         np.testing.assert_allclose(np.concatenate(outs[name], axis=1), alone, rtol=0,
                                    atol=1e-6 * max(1.0, np.abs(alone).max()))
+
+
+@settings(max_examples=30, deadline=None)
+@given(ops=st.lists(st.tuples(st.sampled_from(["append", "append", "release"]),
+                              st.sets(st.integers(0, 2), min_size=1), st.integers(1, 7)),
+                    min_size=1, max_size=10),
+       block_size=st.integers(1, 5), seed=st.integers(0, 2**16))
+def test_random_schedules_of_appends_and_releases(ops, block_size, seed):
+    """Any schedule: every sequence holds exactly what was appended to it since its last
+    release, no block is in two places, and attention over the pool (2 queries per sequence,
+    the tiled path) is bitwise that of each sequence's own contiguous k, v."""
+    g = np.random.default_rng(seed)
+    layer = nn.PagedLayerCache(batch=3, num_blocks=64, block_size=block_size)
+    want = [[np.zeros((2, 0, 4), np.float32)] * 2 for _ in range(3)]  # per slot: k, v
+    for op, slots, n in ops:
+        seqs = sorted(slots)
+        if op == "release":
+            for b in seqs:
+                layer.release(b)
+                want[b] = [np.zeros((2, 0, 4), np.float32)] * 2
+            continue
+        k, v = (g.standard_normal((len(seqs), 2, n, 4)).astype(np.float32) for _ in range(2))
+        layer.append(k, v, seqs=seqs)
+        for i, b in enumerate(seqs):
+            want[b] = [np.concatenate([want[b][0], k[i]], axis=1),
+                       np.concatenate([want[b][1], v[i]], axis=1)]
+        held = [blk for t in layer.tables for blk in t]
+        assert len(set(held)) == len(held) and len(held) + len(layer.free) == 64
+        for b in range(3):
+            assert layer.lengths[b] == want[b][0].shape[1]
+            if layer.lengths[b]:
+                np.testing.assert_array_equal(layer.gather(b)[0], want[b][0])
+                np.testing.assert_array_equal(layer.gather(b)[1], want[b][1])
+        q = g.standard_normal((3, 4, 2, 4)).astype(np.float32)
+        with kernel_path("tiled"):
+            out = qkv.attention(q, **layer.attention_args(), mask=qkv.causal())
+            for b in range(3):
+                np.testing.assert_array_equal(
+                    out[b], qkv.attention(q[b], *want[b], mask=qkv.causal()))
 
 
 def _forward(model, tokens, cache, seqs, starts):

@@ -5,6 +5,7 @@ Modules, imports flowing downward only::
     api         attention, attention_weights, attention_backward   (the public entry points)
     trace       explain() → Trace: every intermediate, from the reference
     reference   the formula written literally in float64: the oracle
+    paged       attention through a paged KV cache's block table (per-sequence lengths)
     kernel      the tiled loops: forward, weights, backward (FlashAttention-2)
     step/       the tile step: online softmax, probabilities, softmax grad (NumPy | compiled)
     tiles       KernelConfig (tile sizes, backend, threads), kernel_config(), TileStats

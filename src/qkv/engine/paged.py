@@ -217,8 +217,17 @@ def attention(q, k_pool, v_pool, block_table, seq_lens, *, mask=None, bias=None,
                     f"{name} contains NaN or inf in sequence {b}'s cached positions (0 … "
                     f"{seq.length - 1}); fix the cache (or pass check_finite=False)")
             known[name] = float(finite[b])
-        p = prepare(qa[b], k_like, v_like, mask, bias, scale, check_finite=check_finite,
-                    softcap=softcap, known=known)
+        try:
+            p = prepare(qa[b], k_like, v_like, mask, bias, scale, check_finite=check_finite,
+                        softcap=softcap, known=known)
+        except ValueError as err:
+            if mask is None and bias is None:
+                raise
+            raise ValueError(
+                f"with block_table, mask and bias are bound to each sequence's own problem — "
+                f"q {qa[b].shape} against its {seq.length} keys, no batch dims — and sequence "
+                f"{b} refused them: {err}. Use position rules (qkv.causal(), qkv.window(...), "
+                "qkv.alibi()); the lengths are already in seq_lens") from None
         problems.append(replace(p, pages=seq))
     results = kernel.forward_pages(problems)
     out = np.stack([o for o, _ in results]) if results else np.zeros(

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..engine import paged
 from ..engine.problem import as_array
 from .cache import KVCache
 
@@ -120,15 +121,9 @@ class PagedLayerCache:
     def gather(self, seq: int) -> tuple[np.ndarray, np.ndarray]:
         """Sequence ``seq``'s cached k ``(Hkv, n, d_k)`` and v ``(Hkv, n, d_v)`` as contiguous
         copies — for debugging and tests; attention never needs them."""
-        b = int(self._seqs([seq])[0])
-        if self.pool_k is None:
-            raise ValueError("PagedLayerCache.gather: nothing appended yet")
-        blocks = np.asarray(self.tables[b], dtype=np.int64)
-        out = []
-        for pool in (self.pool_k, self.pool_v):
-            x = pool[blocks].transpose(1, 0, 2, 3)  # (Hkv, n_blocks, block_size, d)
-            out.append(x.reshape(x.shape[0], -1, x.shape[-1])[:, : self.lengths[b]])
-        return out[0], out[1]
+        args = self.attention_args([seq])  # the engine's reading of the table, not a second
+        pages = paged.bind(args["k"], args["v"], args["block_table"], args["seq_lens"])
+        return pages.gather(0)
 
     def release(self, seq: int) -> None:
         """Sequence slot ``seq`` is finished: its blocks return to the pool (their stale keys
