@@ -95,6 +95,15 @@ def test_bench_only_matching_nothing_is_one_line_and_nonzero(capsys):
     assert "--only nosuchcase matches no case; the cases are: dense N=2048" in err
 
 
+def test_warm_without_numba_says_there_is_nothing_to_build(monkeypatch, tmp_path, capsys):
+    monkeypatch.setitem(sys.modules, "numba", None)  # as without the qkv[fast] extra
+    monkeypatch.setenv("QKV_CACHE_DIR", str(tmp_path))
+    assert main(["warm"]) == 0
+    assert "Numba is not installed, so qkv runs its NumPy step: nothing to build" in (
+        capsys.readouterr().out)
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_seq2seq_help_is_the_seq2seq_help(capsys):
     with pytest.raises(SystemExit):
         main(["train", "seq2seq", "--help"])

@@ -245,7 +245,7 @@ class Isolation:
         return (f"Isolation: before each timed run, wait until no other thread of this process "
                 f"has run for {self.interval_s * 1e3:.0f} ms (/proc/self/task; at most "
                 f"{self.timeout_s:.0f} s), so no peer is timed beside another's leftover "
-                "BLAS/OpenMP threads.")
+                "BLAS/OpenMP threads; other processes (--load's) are not waited for.")
 
     def summary(self) -> str:
         if self.method == "none" or not self.runs:
