@@ -88,8 +88,9 @@ def attention(q, k, v, mask=None, bias=None, scale=None, *, return_lse=False, ch
         always means "no key".
 
     float32 is computed in float32, float64 in float64; float16 is computed in float32 (k and v
-    converted once per call, queries tile by tile) and the result rounded back to float16. Memory beyond the inputs and output is O(tile² + (Nq + Nk)·D) per
-    worker thread: the Nq × Nk matrix is never built.
+    converted once per call, queries tile by tile) and the result rounded back to float16.
+    Memory beyond the inputs and output is O(tile² + (Nq + Nk)·D) per worker thread: the
+    Nq × Nk matrix is never built.
     """
     require_v(v, "attention")
     if block_table is not None or seq_lens is not None:
