@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, replace
-from itertools import pairwise
 
 import numpy as np
 
@@ -222,35 +221,6 @@ def _blocks(p: Problem, ch: _channel.Channel) -> list[tuple[int, int]]:
 def _rows(p: Problem, q0: int, q1: int) -> Problem:
     """The problem of query rows q0:q1 only (their global positions go with them)."""
     return replace(p, q=p.q[..., q0:q1, :], q_pos=p.q_pos[q0:q1])
-
-
-def _split(p: Problem, parts: int = 8) -> int:
-    """The query row (a multiple of the query tile) that cuts p's work in two, the first part
-    holding at least half of it.
-
-    Work is counted as the non-empty cells of a ``parts × parts`` grid over (queries, keys)
-    (``engine.has_work``: at most one pass over the tiles' classification). Why not half the
-    rows: under a causal zigzag layout a shard's first half of rows is its lighter quarter of
-    the work (its early chunk's queries), and the backward computes that part while the first
-    kv shard arrives (``ring_attention_backward``); the grid puts the cut at 3/4 of the rows
-    there, and at half the rows when every cell has work.
-    """
-    with kernel_config() as cfg:
-        tq = cfg.tile_q
-    q_edges = sorted({min(p.nq, round(i * p.nq / parts / tq) * tq) for i in range(parts + 1)})
-    k_edges = sorted({round(j * p.nk / parts) for j in range(parts + 1)})
-    work = []
-    for q0, q1 in pairwise(q_edges):
-        rows = _rows(p, q0, q1)
-        work.append(sum(engine.has_work(replace(rows, k=rows.k[..., k0:k1, :],
-                                                v=rows.v[..., k0:k1, :], k_pos=rows.k_pos[k0:k1]))
-                        for k0, k1 in pairwise(k_edges)))
-    done = 0
-    for q1, w in zip(q_edges[1:], work, strict=True):
-        done += w
-        if 2 * done >= sum(work):
-            return q1
-    return p.nq
 
 
 def _travel(ring: _Ring, k: np.ndarray, v: np.ndarray, stats: dict, progress=None):
@@ -447,11 +417,12 @@ def ring_attention_backward(q, k, v, out, lse, dout, mask=None, bias=None, scale
         leaving = [np.empty(most, dtype=c) for _ in range(min(size - 1, 2))]
         arriving = np.empty(most, dtype=c) if size > 1 else None
         sends = [None, None]
+        with kernel_config() as cfg:  # the own shard's split, in whole query tiles
+            half = min(p.nq, -(-p.nq // 2 // cfg.tile_q) * cfg.tile_q)
         own = ring.problem(ring.rank, np.asarray(k), np.asarray(v))  # kept home, never received
-        half = _split(own)  # rows 0:half at step 0, half:nq at the end
         for t, (src, k_src, v_src) in enumerate(_travel(ring, np.asarray(k), np.asarray(v),
                                                         stats, progress)):
-            if t == 0:  # our own shard, its first part: hides the first kv shard's transfer
+            if t == 0:  # our own shard, its first half: hides the first kv shard's transfer
                 worked = contribute(own, home, src, 0, half)
                 stats["computed" if worked else "skipped"].append(src)
                 continue
