@@ -23,9 +23,12 @@ O((N/P)·D).
 
 Backward (FlashAttention-2's, per pair of shards): with the *final* out and lse every pair's
 weights are the global ones, so each rank adds the gradients of its queries against each kv
-shard it sees — dq stays home — while the dk/dv accumulators travel one step behind their kv
-shard. After P steps every accumulator has collected all P ranks' contributions and one last
-hop brings it home to the rank that owns the shard.
+shard it sees — dq stays home. Each rank keeps its own kv shard home and adds its own part of
+its own dk/dv in two halves of its query rows: at step 0 (while the first kv shard arrives)
+and after the ring (while its accumulator comes home). Every other shard's dk/dv accumulator
+travels one step behind the shard, P − 1 hops: started by the owner's right neighbour, added
+to by each rank (``engine.backward(..., into=)``), home to the owner last. During every engine
+call a thread moves the transfers in flight (``_channel.Channel.progressing``).
 """
 
 from __future__ import annotations
@@ -290,7 +293,8 @@ def ring_attention(q, k, v, mask=None, bias=None, scale=None, comm=None, layout=
         layout: how the sequences were sharded, ``"zigzag"`` or ``"contiguous"``.
         return_lse: also return ``lse (..., Hq, nq_r)`` (the backward needs it).
         stats: a dict to fill with ``computed`` / ``skipped`` (source ranks of the kv shards),
-            ``compute_s`` and ``wait_s`` (seconds computing and waiting for transfers).
+            ``compute_s`` and ``wait_s`` (seconds computing and waiting for transfers), and
+            ``hop_waits``: ``("kv" | "dkv", seconds)`` for each transfer received.
         timeout: seconds a rank waits for a peer (beyond twice its longest compute step) before
             it declares that peer dead and aborts the job; default ``$QKV_RING_TIMEOUT`` or 60.
         progress: called as ``progress(step, src)`` on this rank after each ring step.
@@ -341,9 +345,9 @@ def ring_attention_backward(q, k, v, out, lse, dout, mask=None, bias=None, scale
     Collective. ``q``, ``k``, ``v``, ``mask``, ``bias``, ``scale``, ``layout``, ``stats``,
     ``timeout`` and ``progress`` are as for :func:`ring_attention`; ``out`` and ``lse`` are what
     it returned on this rank (``return_lse=True``) and ``dout`` is ∂loss/∂out for this rank's
-    queries, same shape as out. dq is summed at home over the kv shards; each kv shard's dk/dv
-    accumulator travels the ring one step behind the shard and comes home complete. Results
-    have the shapes and dtype of this rank's q, k and v.
+    queries, same shape as out. dq is summed at home over the kv shards; each other kv shard's
+    dk/dv accumulator travels the ring one step behind the shard (P − 1 hops) and comes home
+    complete. Results have the shapes and dtype of this rank's q, k and v.
     """
     held = {}
 
