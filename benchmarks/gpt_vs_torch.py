@@ -9,8 +9,9 @@ made from qkv's, ``benchmarks/gpt_torch.py``'s ``from_qkv``) and the same batche
 ``[seed, 1]``). The two runs are interleaved in chunks of ``--chunk`` steps so that a competing
 load falls on both. Printed: the validation loss each reaches (whole validation text, as
 :func:`qkv.tasks.gpt.validation_loss`), the loss curve on the fixed evaluation windows, and the
-seconds per training step (time inside the steps only). qkv runs with the BLAS on one thread,
-as ``qkv train gpt`` does; torch with its default threads.
+seconds per training step (time inside the steps only). qkv runs as ``qkv train gpt`` does:
+the batch in one shard per core on as many threads, each with a one-thread BLAS
+(:func:`qkv.tasks.training.sharded_loss`); torch with its default threads.
 """
 
 from __future__ import annotations

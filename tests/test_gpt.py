@@ -140,6 +140,10 @@ def test_a_run_keeps_its_shard_count_through_a_checkpoint(tmp_path):
     assert all(np.array_equal(p, runs[1].model.params[n]) for n, p in runs[0].model.params.items())
     runs[0].save(tmp_path / "run.safetensors", corpus.tokenizer.chars)
     assert gpt.GPTRun.load(tmp_path / "run.safetensors")[0].shards == 3
+    runs[0].shards = TINY.batch + 1  # more shards than rows: refused on the header
+    runs[0].save(tmp_path / "bad.safetensors", corpus.tokenizer.chars)
+    with pytest.raises(ckpt.CheckpointError, match=r"shards must be an int in \[1, batch=3\]"):
+        gpt.GPTRun.load(tmp_path / "bad.safetensors")
 
 
 def test_checkpoint_round_trip_weights_only_and_damage(tmp_path):
