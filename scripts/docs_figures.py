@@ -58,6 +58,7 @@ class Cell:
     abs_tol: float = 0.0  # an exact figure derived from memory peaks (a slope): this far, stated
     prose: str = ""
     anchor: str = ""
+    doc: str = ""  # another doc than the run's, quoting the same figure (then ``anchor`` too)
 
     def where(self, doc: str) -> str:
         return f"{doc} [{self.row} | {self.column}]" if not self.prose else \
@@ -160,12 +161,13 @@ def doc_table(doc: str, command: str) -> tuple[list[str], dict[str, list[str]]]:
 
 def _locate(text: str, doc: str, command: str, cell: Cell) -> tuple[int, int] | str:
     """The span of ``cell``'s figure in the doc's text, or why there is none."""
-    at = _after(text, doc, command)
+    if cell.anchor:
+        at = text.find(cell.anchor)
+        if at < 0:
+            return f"{doc}: no text {cell.anchor!r}"
+    else:
+        at = _after(text, doc, command)
     if cell.prose:
-        if cell.anchor:
-            at = text.find(cell.anchor)
-            if at < 0:
-                return f"{doc}: no text {cell.anchor!r}"
         heading = re.compile(r"^#", re.M).search(text, at)
         m = re.compile(cell.prose).search(text, at, heading.start() if heading else len(text))
         return (m.start(1), m.end(1)) if m else \
@@ -220,7 +222,9 @@ def _differs(cell: Cell, printed: str) -> str:
         (lo, unit), (hi, _) = (next(doc_iter), next(doc_iter)) if part == "#–#" else \
             ((v := next(doc_iter)), v)
         spans.append((lo, hi, unit))
-    if doc_text.replace("#–#", "#") != text or len(spans) != len(numbers):
+    if doc_text == text:  # the measurement is a spread too ("12.0–13.5"): end by end
+        spans = [(d, d, unit) for d, unit in doc_numbers]
+    if (doc_text.replace("#–#", "#") != text and doc_text != text) or len(spans) != len(numbers):
         return "differs"
     for (lo, hi, unit), (m, _) in zip(spans, numbers, strict=True):
         off = max(lo - m, m - hi, 0.0)  # how far outside the doc's figure (or spread)
@@ -238,19 +242,20 @@ def _differs(cell: Cell, printed: str) -> str:
 
 def compare(run: Run, output: Output, timings: bool) -> list[str]:
     """One line per figure that differs from the doc (empty: all equal)."""
-    text = _text(run.doc)
     problems = []
     for cell in run.cells(output):
         if cell.kind == "info" or (cell.kind in TIMING_KINDS and not timings):
             continue
-        span = _locate(text, run.doc, run.command, cell)
+        doc = cell.doc or run.doc
+        text = _text(doc)
+        span = _locate(text, doc, run.command, cell)
         if isinstance(span, str):
             problems.append(span)
             continue
         printed = text[span[0]:span[1]].replace("**", "")
         why = _differs(cell, printed)
         if why:
-            problems.append(f"{cell.where(run.doc)}: doc {printed}, measured {cell.measured}"
+            problems.append(f"{cell.where(doc)}: doc {printed}, measured {cell.measured}"
                             + ("" if why == "differs" else f" ({why})"))
     return problems
 
@@ -259,22 +264,25 @@ def update(run: Run, output: Output) -> list[str]:
     """Rewrite the run's timings (and the ``info`` beside them) in its doc with the measured
     ones; one line per figure changed. Exact figures are never rewritten: a difference there
     is a finding, not noise."""
-    text = _text(run.doc)
-    edits, lines = [], []
+    edits: dict[str, list] = {}
+    lines = []
     for cell in run.cells(output):
         if cell.kind not in TIMING_KINDS:
             continue
-        span = _locate(text, run.doc, run.command, cell)
+        doc = cell.doc or run.doc
+        text = _text(doc)
+        span = _locate(text, doc, run.command, cell)
         if isinstance(span, str):
             raise LookupError(span)
         old = text[span[0]:span[1]]
         if old != cell.measured:
-            edits.append((span, cell.measured))
-            lines.append(f"{cell.where(run.doc)}: {old} → {cell.measured}")
-    for (a, b), new in sorted(edits, reverse=True):
-        text = text[:a] + new + text[b:]
-    if edits:
-        (ROOT / run.doc).write_text(text, encoding="utf-8")
+            edits.setdefault(doc, []).append((span, cell.measured))
+            lines.append(f"{cell.where(doc)}: {old} → {cell.measured}")
+    for doc, changes in edits.items():
+        text = _text(doc)
+        for (a, b), new in sorted(changes, reverse=True):
+            text = text[:a] + new + text[b:]
+        (ROOT / doc).write_text(text, encoding="utf-8")
     return lines
 
 
@@ -497,6 +505,10 @@ def scaling_memory_cells(o: Output) -> list[Cell]:
                   # fitted on those peaks, so it moves with them (window: 0.62–0.66 seen)
                   Cell(row, "memory slope", "—" if slope is None else f"{slope:.2f}",
                        abs_tol=MEMORY_SLOPE_TOLERANCE)]
+        if method == "qkv dense":  # the README quotes one point of the curve
+            cells.append(Cell(doc="README.md", anchor="Nq = Nk = 32768, D = 64",
+                              prose=r"the peak extra memory is ([\d.]+ MiB)",
+                              measured=_mib(points, 32768), kind="memory"))
     return cells
 
 
@@ -638,6 +650,12 @@ def ring_tcp_100m_cells(o: Output) -> list[Cell]:
                   Cell(str(n), "max(0, T − C)", f"{r['gap']:.0f}", kind="timing",
                        abs_tol=HIDDEN_MS),
                   Cell(str(n), "c* = 4F/B", f"{r['c_star']:,}", kind="timing")]
+    rows = parse_ring_tcp(o.stdout).values()
+    for pattern, key, digits in ((r"measured B\s+\(([\d.–]+) MB/s", "b", 1),
+                                 (r"and F \(([\d–]+) GFLOP/s", "f", 0)):
+        low, high = min(r[key] for r in rows), max(r[key] for r in rows)
+        cells.append(Cell(prose=pattern, kind="timing",
+                          measured=f"{low:.{digits}f}–{high:.{digits}f}"))
     return cells
 
 
