@@ -528,6 +528,12 @@ def scaling_time_cells(o: Output) -> list[Cell]:
                   Cell(row, "n=65,536", _point_time(points, 65536), kind="timing"),
                   Cell(row, "time slope", "—" if slope is None else f"{slope:.2f}",
                        kind="slope")]
+    at_2048 = {m: {p["n"]: p for p in result["methods"][m]["points"]}.get(2048)
+               for m in ("qkv dense", "ssm scan")}
+    cells += [Cell(prose=pattern, kind="timing",
+                   measured=f"{point['seconds'] * 1e3:.0f} ms" if point else "(not reached)")
+              for pattern, point in ((r"\((\d+ ms) vs \d+ ms at n = 2,048", at_2048["qkv dense"]),
+                                     (r"vs (\d+ ms) at n = 2,048", at_2048["ssm scan"]))]
     return cells
 
 

@@ -185,3 +185,10 @@ def test_the_docs_figures_are_what_the_command_prints(name, tmp_path):
     (run,) = by_name([name])
     problems = compare(run, execute(run, tmp_path, timeout=600), timings=False)
     assert not problems, "\n".join(problems)
+
+
+def test_the_scaling_table_is_the_shipped_scaling_json(tmp_path):
+    """docs/figures/scaling.json is the output of the command above seeds.md's time table."""
+    shutil.copy(Path(__file__).resolve().parents[1] / "docs/figures/scaling.json", tmp_path)
+    (run,) = by_name(["scaling"])
+    assert compare(run, Output(tmp_path, "", 66.0), timings=True) == []
