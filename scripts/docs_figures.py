@@ -464,6 +464,47 @@ def farback_cells(o: Output) -> list[Cell]:
     cells.append(Cell("rule: sign of an EMA of signed size, λ = 0.9 / 0.99 / 0.999", all_column,
                       " / ".join(f"{rules[f'EMA λ={lam}']['accuracy']:.3f}"
                                  for lam in ("0.9", "0.99", "0.999"))))
+    # the default run is also the "256, 600" column of the "Longer, and shorter" table
+    command = FARBACK_LONGER["farback-5000"][0]
+    for cell in farback_column("farback.json", "256, 600")(o):
+        cell.prose = rf"\| {re.escape(cell.row)} \|(?: [^|]+ \|){{3}} ([^|]+?) \|"
+        cell.anchor = command.split(" --plot")[0]
+        cells.append(cell)
+    return cells
+
+
+def farback_column(name: str, column: str) -> Callable[[Output], list[Cell]]:
+    """One column of seeds.md's "Longer, and shorter" table: each model's held-out accuracy."""
+    def cells(o: Output) -> list[Cell]:
+        models = json.loads((o.out / name).read_text())["models"]
+        return [Cell(row, column, f"{models[kind]['accuracy']:.3f}")
+                for kind, row in FARBACK_ROWS.items()]
+    return cells
+
+
+FARBACK_LONGER = {  # run name → (command, its JSON, its column)
+    "farback-5000": ("qkv train farback --seed 0 --steps 5000 --json out/farback-5000.json "
+                     "--plot out/farback-5000.png", "farback-5000.json", "256, 5,000"),
+    **{f"farback-window{w}": (f"qkv train farback --seed 0 --window {w} --steps 3000 --json "
+                              f"out/farback-window{w}.json", f"farback-window{w}.json", column)
+       for w, column in ((32, "window 32, 3,000 steps"), (64, "64, 3,000"),
+                         (128, "128, 3,000"))}}
+
+FARBACK_GRU = ("qkv train farback --seed 0 --gru-gate-bias 3 --json out/farback-gru-tuned.json "
+               "--plot out/farback-gru-tuned.png")
+
+
+def farback_gru_cells(o: Output) -> list[Cell]:
+    """seeds.md's "A tuned recurrent model" table: accuracy by lag and in all."""
+    models = json.loads((o.out / "farback-gru-tuned.json").read_text())["models"]
+    header, _ = doc_table("docs/seeds.md", FARBACK_GRU)
+    rows = {"attention": "attention", "gru": "GRU, update-gate bias +3",
+            "recency": "recency (learned decay)"}
+    cells = []
+    for kind, row in rows.items():
+        for column, lag in zip(header[1:-1], models[kind]["by_lag"], strict=True):
+            cells.append(Cell(row, column, f"{lag['accuracy']:.3f}"))
+        cells.append(Cell(row, "all", f"{models[kind]['accuracy']:.3f}"))
     return cells
 
 
@@ -762,6 +803,11 @@ RUNS = [
          "seq2seq-alignment.svg": "docs/figures/seq2seq-alignment.svg",
          "seq2seq-fixed.safetensors": "src/qkv/tasks/data/seq2seq-fixed.safetensors",
          "seq2seq-attention.safetensors": "src/qkv/tasks/data/seq2seq-attention.safetensors"}),
+    *(Run(name, "docs/seeds.md", command, minutes, farback_column(json_name, column),
+          long=True)  # exact figures, but 13 minutes together
+      for (name, (command, json_name, column)), minutes in zip(FARBACK_LONGER.items(),
+                                                              (6.0, 2.0, 2.5, 3.0), strict=True)),
+    Run("farback-gru", "docs/seeds.md", FARBACK_GRU, 1.0, farback_gru_cells),
     Run("ring", "docs/distributed.md", RING, 1.5, ring_cells, benchmark=True),
     Run("scaling", "docs/seeds.md", SCALING, 1.5, scaling_time_cells,
         {"scaling.json": ("docs/figures/scaling.json", "src/qkv/tasks/data/scaling.json"),
