@@ -1,9 +1,9 @@
 """Re-run the docs' commands and compare every figure with the doc (see scripts/docs_figures.py).
 
-    python scripts/check_docs_figures.py                   # every exact figure (~12 min, 2 cores)
+    python scripts/check_docs_figures.py                   # every exact figure (~13 min, 2 cores)
     python scripts/check_docs_figures.py recall farback    # some runs, by name
     python scripts/check_docs_figures.py --timings         # and the timings (a quiet machine)
-    python scripts/check_docs_figures.py --timings --long  # and the very slow ones (~55 min more)
+    python scripts/check_docs_figures.py --timings --long  # and the very slow ones (~70 min more)
     python scripts/check_docs_figures.py --timings --update  # rewrite the docs' timings
     python scripts/check_docs_figures.py --list
 
@@ -14,7 +14,8 @@ two runs of `qkv bench` showed on this machine: up to 29% per case), or within t
 runs the doc gives ("6.8–8.5"), widened by 30%; time slopes within ±0.15. --update rewrites the
 timings (and the load averages printed beside them) in the docs with this run's, and leaves
 every exact figure alone: a difference there is a finding. Runs marked long (gpt-vs-torch's
-2,000 steps, the 1,048,576-token ring) run only with --long or by name.
+2,000 steps, the 1,048,576-token ring, seeds.md's longer far-back runs) run only with --long or
+by name.
 
 Each command runs as the doc prints it, in a temporary folder (its out/): the repository's
 files are never written, except the docs by --update. Each run prints its wall time. Exit status
