@@ -16,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 import docs_figures
 from docs_figures import RUNS, Cell, Output, by_name, compare, doc_table, execute, update
 
-CI_RUNS = ["recall", "scaling-memory"]  # about a minute together; the others take minutes
+CI_RUNS = ["recall", "scaling-memory", "farback"]  # 46 s, 204 s, 72 s at load 7–11 (quiet: ~2 min)
 
 # Real outputs of the benchmarks (short sizes: `--rounds 1`, `--n 4096`, `--steps 20`, …),
 # trimmed to the lines the parsers read.
