@@ -111,7 +111,7 @@ def _after(text: str, doc: str, command: str) -> int:
     """Where ``command`` ends in the doc's text (its words may be split by shell continuation
     lines)."""
     gap = r"(?:[ \t]*\\\n[ \t]*|[ \t]+)"
-    m = re.search(gap.join(re.escape(w) for w in command.split()), text)
+    m = re.search(gap.join(re.escape(w) for w in command.split()) + r"(?![\w/-])", text)
     if not m:
         raise LookupError(f"{doc} does not print the command {command!r}")
     return m.end()
