@@ -14,6 +14,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 import docs_figures
+import docs_parsers
 from docs_figures import RUNS, Cell, Output, by_name, compare, doc_table, execute, update
 
 CI_RUNS = ["recall", "scaling-memory", "farback"]  # 46 s, 204 s, 72 s at load 7–11 (quiet: ~2 min)
@@ -68,24 +69,24 @@ load average at the end: 4.7 (on 2 cores)
 
 
 def test_each_parser_reads_a_real_output_of_its_command():
-    assert docs_figures.parse_train_bench(TRAIN_STEP)["step"] == pytest.approx((0.10003, 0.01697,
+    assert docs_parsers.parse_train_bench(TRAIN_STEP)["step"] == pytest.approx((0.10003, 0.01697,
                                                                                 5.89))
-    decode = docs_figures.parse_train_bench(DECODE)["decode"]
+    decode = docs_parsers.parse_train_bench(DECODE)["decode"]
     assert list(decode) == [256, 1024, 4096] and decode[4096] == pytest.approx(
         (0.00549, 0.45321, 82.6))
-    assert docs_figures.parse_minilm(MINILM) == 2.17
-    ring = docs_figures.parse_ring_bench(RING)
+    assert docs_parsers.parse_minilm(MINILM) == 2.17
+    ring = docs_parsers.parse_ring_bench(RING)
     assert ring[("engine", 1)]["peaks"] == [167.0] and ring[("engine", 1)]["check"] is None
     assert ring[("zigzag", 2)]["peaks"] == [177.0, 177.0] and ring[("zigzag", 2)]["start"] == 45
     assert ring[("zigzag", 1)]["check"] == (1.2e-07, 7.8e-04)
-    assert docs_figures.parse_ring_demo(RING_DEMO)["check_rows"] == 32
-    assert docs_figures.parse_ring_demo(RING_DEMO.replace("JSON", "XXXX"))["forward_s"] == 2.83
-    assert docs_figures.parse_ring_tcp(RING_TCP)[1024]["c_star"] == 596
-    gpt = docs_figures.parse_gpt_vs_torch(GPT)
+    assert docs_parsers.parse_ring_demo(RING_DEMO)["check_rows"] == 32
+    assert docs_parsers.parse_ring_demo(RING_DEMO.replace("JSON", "XXXX"))["forward_s"] == 2.83
+    assert docs_parsers.parse_ring_tcp(RING_TCP)[1024]["c_star"] == 596
+    gpt = docs_parsers.parse_gpt_vs_torch(GPT)
     assert gpt["curve"] == {20: ("3.1820", "3.1820", "0.2816", "1.0857")}
     assert gpt["val"] == ("3.2127", "3.2127", "-0.0000") and gpt["load"] == ("4.7", "4.7")
     with pytest.raises(ValueError, match=r"benchmarks/minilm\.py"):
-        docs_figures.parse_minilm("Traceback: no ratio printed")
+        docs_parsers.parse_minilm("Traceback: no ratio printed")
 
 
 @pytest.mark.parametrize(("name", "stdout", "misplaced"), [
