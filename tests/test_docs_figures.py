@@ -198,3 +198,15 @@ def test_the_tables_are_the_shipped_json_of_their_commands(name, tmp_path):
     (run,) = by_name([name])
     assert compare(run, Output(tmp_path, "", 66.0 if name == "scaling" else 43.0),
                    timings=name == "scaling") == []
+
+
+def test_the_check_lists_every_run_and_marks_the_long_and_timing_only_ones(capsys):
+    import check_docs_figures
+    assert check_docs_figures.main(["--list"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in lines] == [r.name for r in RUNS]
+    assert {line.split()[0] for line in lines if "(long)" in line} == \
+        {"gpt", "ring-1m", "farback-5000", "farback-window32", "farback-window64",
+         "farback-window128"}
+    with pytest.raises(SystemExit, match="unknown run nope"):
+        check_docs_figures.main(["nope"])
