@@ -640,7 +640,10 @@ def bench_cells(o: Output) -> list[Cell]:
                   Cell(name, "of GEMM / of square",
                        f"{r['gemm_fraction']:.2f} / {r['square_fraction']:.2f}", kind="timing"),
                   Cell(name, "qkv MiB", f"{peak['qkv']:.0f}", kind="memory"),
-                  Cell(name, "torch MiB", f"{peak['torch']:.0f}", kind="rss")]
+                  # torch's RSS above a baseline depends on what its allocator kept from the
+                  # cases before (forward+backward: 24 and 0 MiB in one run, 52 and 56 in the
+                  # next): shown and refreshed by --update, not a figure to check
+                  Cell(name, "torch MiB", f"{peak['torch']:.0f}", kind="info")]
     return cells
 
 
@@ -734,8 +737,8 @@ RUNS = [
         timings_only=True, benchmark=True),
     Run("ring-tcp-100m", "docs/distributed.md", RING_TCP_100M, 2.0, ring_tcp_100m_cells,
         timings_only=True, benchmark=True),
-    Run("bench", "benchmarks/README.md", BENCH, 4.5, bench_cells, benchmark=True),
-    Run("bench-load", "benchmarks/README.md", BENCH_LOAD, 6.0, bench_load_cells,
+    Run("bench", "benchmarks/README.md", BENCH, 6.0, bench_cells, benchmark=True),
+    Run("bench-load", "benchmarks/README.md", BENCH_LOAD, 7.5, bench_load_cells,
         timings_only=True, benchmark=True),
     Run("gpt-300", "docs/gpt.md", GPT_300, 3.0, gpt_300_cells, timings_only=True,
         benchmark=True),
