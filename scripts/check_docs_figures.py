@@ -1,6 +1,6 @@
 """Re-run the docs' commands and compare every figure with the doc (see scripts/docs_figures.py).
 
-    python scripts/check_docs_figures.py                   # every exact figure (~13 min, 2 cores)
+    python scripts/check_docs_figures.py                   # every exact figure (~15 min, 2 cores)
     python scripts/check_docs_figures.py recall farback    # some runs, by name
     python scripts/check_docs_figures.py --timings         # and the timings (a quiet machine)
     python scripts/check_docs_figures.py --timings --long  # and the very slow ones (~70 min more)
