@@ -1,46 +1,88 @@
 """The docs' figures and the commands printed next to them, in one place: what
-``scripts/check_docs_figures.py`` re-runs and compares, and what
-``scripts/regenerate_artefacts.py`` (maintainers) writes into the repository.
+``scripts/check_docs_figures.py`` re-runs and compares (and, with ``--update``, rewrites), and
+what ``scripts/regenerate_artefacts.py`` (maintainers) writes into the repository.
 
 Each :class:`Run` is one command exactly as a doc prints it, writing into ``out/`` (a folder of
-the reader's choosing; here a temporary one). The figures it is compared with are the first
-Markdown table after that command in the doc, so "the table under the command" is what is
-checked. Cells are compared as the doc prints them:
+the reader's choosing; here a temporary one). A figure is either a cell of the first Markdown
+table after that command in the doc (so "the table under the command" is what is checked) or,
+in prose, the first match of a pattern after the command (up to the next heading). Each output
+format has one parser (scripts/docs_parsers.py); the runs' ``cells`` turn its result into the doc's
+cells, formatted as the doc prints them. Figures are compared by kind:
 
-- counts, accuracies and parameters must be equal, character for character (they are
-  deterministic: the same command gives the same bits); memory too, except that a peak may move
-  by one unit of its last printed digit (the order of qkv's tile threads' allocations moves it
-  by kilobytes);
-- timings (and slopes fitted on timings) are compared only with ``--timings``, within
-  ``TIMING_TOLERANCE`` (as a ratio), and only mean something on a quiet machine.
+- ``exact``: counts, accuracies, parameters, losses, errors — equal character for character
+  (deterministic: the same command gives the same bits);
+- ``memory``: tracemalloc peaks — equal, but for one unit of the last printed digit (the order
+  of qkv's tile threads' allocations moves a peak by kilobytes);
+- ``rss``: a process's resident set (the OS's pages, Numba's loaded code) — each number within
+  ``RSS_TOLERANCE`` or one unit of its last printed digit, whichever is larger;
+- ``timing``: seconds, rates and ratios of timings — each number within ``TIMING_TOLERANCE``
+  as a ratio, and only with ``--timings`` (they mean something only on a quiet machine);
+- ``slope``: a log-log slope fitted on timings — within ``SLOPE_TOLERANCE``, absolute;
+- ``info``: what the run reports about its conditions (load average): never compared,
+  rewritten with the timings by ``--update``.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
 import shlex
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from docs_parsers import (
+    parse_bench,
+    parse_gpt_vs_torch,
+    parse_minilm,
+    parse_recall,
+    parse_ring_bench,
+    parse_ring_demo,
+    parse_ring_tcp,
+    parse_train_bench,
+)
+
 ROOT = Path(__file__).resolve().parents[1]
 TIMING_TOLERANCE = 0.30  # a timing may differ from the doc by this fraction (2 shared cores)
+SLOPE_TOLERANCE = 0.15  # a time slope: its second decimal is noise on a shared machine
+RSS_TOLERANCE = 0.05  # a resident set moves with the pages the OS and Numba happen to load
 MEMORY_SLOPE_TOLERANCE = 0.05  # a slope fitted on peaks that move by tens of kilobytes
+TIMING_KINDS = ("timing", "slope", "info")  # compared only with --timings; --update rewrites
 
 
 @dataclass
 class Cell:
-    """One figure: where it sits in the doc's table, what the run printed, how to compare."""
-    row: str
-    column: str
-    measured: str
-    timing: bool = False
-    memory: bool = False  # "4.6 MiB": may differ by one unit of the last printed digit
-    abs_tol: float = 0.0  # a figure derived from such peaks (a slope): this far, stated
+    """One figure: where it sits in the doc, what the run printed, how to compare (module doc).
+
+    A table cell has ``row`` and ``column``; a figure in prose has ``prose``, a pattern whose
+    group 1 is the figure, searched after the command (or after ``anchor``, text of the doc)
+    up to the next heading."""
+    row: str = ""
+    column: str = ""
+    measured: str = ""
+    kind: str = "exact"  # exact | memory | rss | timing | slope | info
+    abs_tol: float = 0.0  # an exact figure derived from memory peaks (a slope): this far, stated
+    prose: str = ""
+    anchor: str = ""
+    doc: str = ""  # another doc than the run's, quoting the same figure (then ``anchor`` too)
+
+    def where(self, doc: str) -> str:
+        return f"{doc} [{self.row} | {self.column}]" if not self.prose else \
+            f"{doc} [{self.prose!r}]"
+
+
+@dataclass
+class Output:
+    """What a run left: its ``out/`` folder, its stdout and its wall time."""
+    out: Path
+    stdout: str
+    seconds: float
 
 
 @dataclass
@@ -49,92 +91,243 @@ class Run:
     doc: str  # relative to the repository
     command: str  # as the doc prints it (continuation lines joined)
     minutes: float  # about, on 2 quiet cores
-    cells: Callable[[Path, str], list[Cell]]  # (out folder, stdout) → the measured cells
+    cells: Callable[[Output], list[Cell]]  # the measured cells
     # out/NAME → repository path (or paths: the cost view ships a copy of docs' scaling.json)
     artefacts: dict[str, str | tuple[str, ...]] = field(default_factory=dict)
-    timings_only: bool = False  # every figure of the run is a timing
+    timings_only: bool = False  # every figure of the run is a timing: run only with --timings
+    long: bool = False  # far too slow for a routine check: run only with --long (or by name)
+    benchmark: bool = False  # run without this machine's OPENBLAS_* overrides (slower kernels)
 
-    def argv(self) -> list[str]:
+    def argv(self) -> tuple[list[str], dict[str, str]]:
+        """(argv, environment assignments) of the command: ``qkv`` and ``python`` are this
+        interpreter's, ``benchmarks/…`` this checkout's, leading ``NAME=value`` words go to the
+        environment."""
         words = shlex.split(self.command)
+        env = {}
+        while words and re.fullmatch(r"[A-Z_][A-Z0-9_]*=\S*", words[0]):
+            key, _, value = words.pop(0).partition("=")
+            env[key] = value
         if words[0] == "qkv":
-            return [sys.executable, "-m", "qkv", *words[1:]]
-        if words[0] in ("python", "python3"):
-            return [sys.executable, *words[1:]]
-        return words
+            words = [sys.executable, "-m", "qkv", *words[1:]]
+        # the repository's scripts (benchmarks/…) from here: the command runs in a temporary folder
+        return [sys.executable if w in ("python", "python3")
+                else str(ROOT / w) if w.startswith("benchmarks/") else w for w in words], env
 
 
 # -- reading the doc ---------------------------------------------------------------------------
+def _text(doc: str) -> str:
+    return (ROOT / doc).read_text(encoding="utf-8")
+
+
+def _after(text: str, doc: str, command: str) -> int:
+    """Where ``command`` ends in the doc's text (its words may be split by shell continuation
+    lines)."""
+    gap = r"(?:[ \t]*\\\n[ \t]*|[ \t]+)"
+    m = re.search(gap.join(re.escape(w) for w in command.split()) + r"(?![\w/-])", text)
+    if not m:
+        raise LookupError(f"{doc} does not print the command {command!r}")
+    return m.end()
+
+
+def _table(text: str, at: int) -> tuple[list[str], dict[str, dict[str, tuple[int, int]]]]:
+    """The first Markdown table after offset ``at``: (header, {row label: {column: span}}),
+    each span the cell's text without its spaces and ``**`` emphasis."""
+    lines, pos = [], at
+    for line in text[at:].splitlines(keepends=True):
+        if line.startswith("|"):
+            lines.append((pos, line.rstrip("\n")))
+        elif lines:
+            break
+        pos += len(line)
+    if len(lines) < 3:
+        raise LookupError("no table after the command")
+
+    def spans(start: int, line: str) -> list[tuple[int, int]]:
+        pipes = [i for i, ch in enumerate(line) if ch == "|"]
+        out = []
+        for a, b in itertools.pairwise(pipes):
+            a += 1
+            while a < b and line[a] == " ":
+                a += 1
+            while b > a and line[b - 1] == " ":
+                b -= 1
+            if line[a:b].startswith("**") and line[a:b].endswith("**") and b - a >= 4:
+                a, b = a + 2, b - 2
+            out.append((start + a, start + b))
+        return out
+
+    header = [text[a:b].replace("**", "") for a, b in spans(*lines[0])]
+    rows = {}
+    for start, line in lines[2:]:
+        cells = spans(start, line)
+        label = text[cells[0][0]:cells[0][1]].replace("**", "")
+        rows[label] = dict(zip(header, cells, strict=False))
+    return header, rows
+
+
 def doc_table(doc: str, command: str) -> tuple[list[str], dict[str, list[str]]]:
     """(header, {row label: cells}) of the first Markdown table after ``command`` in ``doc``.
     Labels and cells lose their ``**`` emphasis and surrounding spaces."""
-    text = (ROOT / doc).read_text(encoding="utf-8")
-    flat = re.sub(r"\s*\\\n\s*", " ", text)  # shell continuation lines joined
-    at = flat.find(command)
-    if at < 0:
-        raise LookupError(f"{doc} does not print the command {command!r}")
-    lines = flat[at:].splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith("|"))
-    table = []
-    for line in lines[start:]:
-        if not line.startswith("|"):
-            break
-        table.append([c.strip().replace("**", "") for c in line.strip().strip("|").split("|")])
-    header, rows = table[0], table[2:]
-    return header, {row[0]: row for row in rows}
+    text = _text(doc)
+    header, rows = _table(text, _after(text, doc, command))
+    return header, {label: [text[a:b].replace("**", "") for a, b in row.values()]
+                    for label, row in rows.items()}
 
 
-def compare(run: Run, out: Path, stdout: str, timings: bool) -> list[str]:
+def _locate(text: str, doc: str, command: str, cell: Cell) -> tuple[int, int] | str:
+    """The span of ``cell``'s figure in the doc's text, or why there is none."""
+    if cell.anchor:
+        at = text.find(cell.anchor)
+        if at < 0:
+            return f"{doc}: no text {cell.anchor!r}"
+    else:
+        at = _after(text, doc, command)
+    if cell.prose:
+        heading = re.compile(r"^#", re.M).search(text, at)
+        m = re.compile(cell.prose).search(text, at, heading.start() if heading else len(text))
+        return (m.start(1), m.end(1)) if m else \
+            f"{doc}: no figure matching {cell.prose!r} after the command"
+    header, rows = _table(text, at)
+    if cell.row not in rows:
+        return f"{doc}: no row {cell.row!r} in the table under the command"
+    if cell.column not in rows[cell.row]:
+        return f"{doc}: no column {cell.column!r} in {header}"
+    return rows[cell.row][cell.column]
+
+
+# -- comparing ---------------------------------------------------------------------------------
+_QUANTITY = re.compile(r"(\d+) min (\d+) s\b"  # "4 min 21 s": one figure
+                       r"|(\d[\d,]*(?:\.\d+)?(?:e[-+]?\d+)?)(?:\s*(min|ms|s)\b)?")
+
+
+def _quantities(text: str) -> tuple[list[tuple[float, float]], str]:
+    """The numbers of a figure, each with one unit of its last printed digit (in seconds for
+    ``ms``/``s``/``min`` ones), and the text around them: "0.2614 (qkv / torch 3.17×)" →
+    ([(0.2614, 1e-4), (3.17, 0.01)], "# (qkv / torch #×)"); "4 min 21 s" → ([(261, 1)], "#")."""
+    numbers = []
+
+    def one(m: re.Match) -> str:
+        if m.group(1):
+            numbers.append((60.0 * int(m.group(1)) + int(m.group(2)), 1.0))
+            return "#"
+        digits = m.group(3).replace(",", "")
+        scale = {"ms": 1e-3, "min": 60.0}.get(m.group(4), 1.0)
+        mantissa, _, exponent = digits.partition("e")
+        unit = 10.0 ** (-len(mantissa.partition(".")[2]) + int(exponent or 0))
+        numbers.append((float(digits) * scale, unit * scale))
+        return "#"
+    return numbers, _QUANTITY.sub(one, text)
+
+
+def _differs(cell: Cell, printed: str) -> str:
+    """Why ``printed`` (the doc) and ``cell.measured`` differ beyond the kind's tolerance, or
+    ''. Memory, RSS and timings compare every number of the figure ("256 / 256 (45)"), the
+    text around them equal. A timing the doc gives as a spread of runs, "6.8–8.5", passes when
+    the measurement falls within it, widened by the tolerance."""
+    measured = cell.measured
+    if cell.kind == "exact":
+        if cell.abs_tol:
+            a, b = _quantities(printed)[0], _quantities(measured)[0]
+            if len(a) == len(b) == 1 and abs(a[0][0] - b[0][0]) <= cell.abs_tol + 1e-9:
+                return ""
+        return "" if printed == measured else "differs"
+    (doc_numbers, doc_text), (numbers, text) = _quantities(printed), _quantities(measured)
+    spans, doc_iter = [], iter(doc_numbers)  # (low, high, unit) of each doc figure
+    for part in re.findall(r"#–#|#", doc_text):
+        (lo, unit), (hi, _) = (next(doc_iter), next(doc_iter)) if part == "#–#" else \
+            ((v := next(doc_iter)), v)
+        spans.append((lo, hi, unit))
+    if doc_text == text:  # the measurement is a spread too ("12.0–13.5"): end by end
+        spans = [(d, d, unit) for d, unit in doc_numbers]
+    if (doc_text.replace("#–#", "#") != text and doc_text != text) or len(spans) != len(numbers):
+        return "differs"
+    for (lo, hi, unit), (m, _) in zip(spans, numbers, strict=True):
+        off = max(lo - m, m - hi, 0.0)  # how far outside the doc's figure (or spread)
+        if cell.kind == "memory" and off > unit + 1e-12:
+            return "beyond one unit of the last digit"
+        if cell.kind == "rss" and off > max(RSS_TOLERANCE * hi, unit) + 1e-12:
+            return f"beyond ±{RSS_TOLERANCE:.0%}"
+        if cell.kind == "slope" and off > SLOPE_TOLERANCE + 1e-9:
+            return f"beyond ±{SLOPE_TOLERANCE}"
+        if cell.kind == "timing" and off > max(TIMING_TOLERANCE * (hi if m > hi else lo),
+                                               cell.abs_tol, 1e-12):
+            return f"beyond ±{TIMING_TOLERANCE:.0%}"
+    return ""
+
+
+def compare(run: Run, output: Output, timings: bool) -> list[str]:
     """One line per figure that differs from the doc (empty: all equal)."""
-    header, rows = doc_table(run.doc, run.command)
     problems = []
-    for cell in run.cells(out, stdout):
-        if cell.timing and not timings:
+    for cell in run.cells(output):
+        if cell.kind == "info" or (cell.kind in TIMING_KINDS and not timings):
             continue
-        if cell.row not in rows:
-            problems.append(f"{run.doc}: no row {cell.row!r} in the table under the command")
+        doc = cell.doc or run.doc
+        text = _text(doc)
+        span = _locate(text, doc, run.command, cell)
+        if isinstance(span, str):
+            problems.append(span)
             continue
-        try:
-            printed = rows[cell.row][header.index(cell.column)]
-        except ValueError:
-            problems.append(f"{run.doc}: no column {cell.column!r} in {header}")
-            continue
-        where = f"{run.doc} [{cell.row} | {cell.column}]"
-        if cell.timing:
-            doc_value, value = _number(printed), _number(cell.measured)
-            if doc_value is None or value is None:
-                if printed != cell.measured:
-                    problems.append(f"{where}: doc {printed}, measured {cell.measured}")
-            elif abs(value / doc_value - 1) > TIMING_TOLERANCE:
-                problems.append(f"{where}: doc {printed}, measured {cell.measured} "
-                                f"(beyond ±{TIMING_TOLERANCE:.0%})")
-        elif cell.memory and _within_last_digit(printed, cell.measured):
-            continue
-        elif cell.abs_tol and _number(printed) is not None and _number(cell.measured) is not None \
-                and abs(_number(printed) - _number(cell.measured)) <= cell.abs_tol + 1e-9:
-            continue
-        elif printed != cell.measured:
-            problems.append(f"{where}: doc {printed}, measured {cell.measured}")
+        printed = text[span[0]:span[1]].replace("**", "")
+        measured = cell.measured.replace("**", "")  # emphasis kept for --update only
+        why = _differs(Cell(measured=measured, kind=cell.kind, abs_tol=cell.abs_tol), printed)
+        if why:
+            problems.append(f"{cell.where(doc)}: doc {printed}, measured {measured}"
+                            + ("" if why == "differs" else f" ({why})"))
     return problems
 
 
-def _within_last_digit(printed: str, measured: str) -> bool:
-    """"22.1 MiB" vs "22.2 MiB": equal but for one unit of the last printed digit (the order
-    in which qkv's tile threads allocate moves a peak by kilobytes, which may cross a rounding
-    boundary). Anything else — another unit, another figure — is a difference."""
-    a, b = (re.fullmatch(r"([\d.]+)( MiB)?", t) for t in (printed, measured))
-    if not (a and b) or a.group(2) != b.group(2):
-        return False
-    decimals = len(a.group(1).partition(".")[2])
-    return abs(float(a.group(1)) - float(b.group(1))) <= 10 ** -decimals + 1e-9
+def update(run: Run, output: Output) -> list[str]:
+    """Rewrite the run's timings (and the ``info`` beside them) in its doc with the measured
+    ones; one line per figure changed. Exact figures are never rewritten: a difference there
+    is a finding, not noise."""
+    edits: dict[str, list] = {}
+    lines = []
+    for cell in run.cells(output):
+        if cell.kind not in TIMING_KINDS:
+            continue
+        doc = cell.doc or run.doc
+        text = _text(doc)
+        span = _locate(text, doc, run.command, cell)
+        if isinstance(span, str):  # compare() reports it
+            continue
+        old = text[span[0]:span[1]]
+        if old != cell.measured:
+            edits.setdefault(doc, []).append((span, cell.measured))
+            lines.append(f"{cell.where(doc)}: {old} → {cell.measured}")
+    for doc, changes in edits.items():
+        text = _text(doc)
+        for (a, b), new in sorted(changes, reverse=True):
+            text = text[:a] + new + text[b:]
+        (ROOT / doc).write_text(text, encoding="utf-8")
+    return lines
 
 
-def _number(text: str) -> float | None:
-    """A timing cell as seconds ("165.4 ms", "10.22 s") or a plain number ("2.00")."""
-    m = re.fullmatch(r"([\d.,]+)\s*(ms|s)?", text.strip())
-    if not m:
-        return None
-    value = float(m.group(1).replace(",", ""))
-    return value / 1000 if m.group(2) == "ms" else value
+# -- formatting as the docs print --------------------------------------------------------------
+def _ms(seconds: float) -> str:
+    """Three significant digits in ms: "0.99 ms", "29.2 ms", "540 ms"."""
+    return f"{seconds * 1e3:.3g} ms"
+
+
+def _s_or_ms(seconds: float) -> str:
+    return f"{seconds:.2f} s" if seconds >= 1 else f"{seconds * 1e3:.1f} ms"
+
+
+def _duration(seconds: float) -> str:
+    """"43 s", "4 min 21 s" (a whole command's wall time)."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    return f"{int(seconds // 60)} min {seconds % 60:.0f} s"
+
+
+def _signed(x: float) -> str:
+    return f"{x:+.4f}".replace("-", "−")
+
+
+def _wall(anchor_command: str) -> Callable[[Output], Cell]:
+    """The run's wall time in seeds.md's table of the three claims."""
+    pattern = rf"`{re.escape(anchor_command)}`[^|]*\| ([^|\n]+?) \|"
+    return lambda o: Cell(prose=pattern, anchor="| claim | command |",
+                          measured=_duration(o.seconds), kind="timing")
 
 
 # -- the runs ----------------------------------------------------------------------------------
@@ -142,9 +335,9 @@ SEQ2SEQ = ("qkv train seq2seq --seed 0 --json out/seq2seq.json --plot out/seq2se
            "--heatmap out/seq2seq-alignment.svg --save-dir out")
 
 
-def seq2seq_cells(out: Path, stdout: str) -> list[Cell]:
-    result = json.loads((out / "seq2seq.json").read_text())
-    cells = []
+def seq2seq_cells(o: Output) -> list[Cell]:
+    result = json.loads((o.out / "seq2seq.json").read_text())
+    cells = [_wall("qkv train seq2seq")(o)]
     for kind in ("fixed", "attention"):
         for b in result["models"][kind]["buckets"]:
             row = f"{b['lengths'][0]}–{b['lengths'][1]}"
@@ -159,10 +352,10 @@ FARBACK = ("qkv train farback --seed 0 --json out/farback.json --plot out/farbac
 FARBACK_ROWS = {"attention": "attention", "recency": "recency (learned decay)", "gru": "GRU"}
 
 
-def farback_cells(out: Path, stdout: str) -> list[Cell]:
-    result = json.loads((out / "farback.json").read_text())
+def farback_cells(o: Output) -> list[Cell]:
+    result = json.loads((o.out / "farback.json").read_text())
     header, _ = doc_table("docs/seeds.md", FARBACK)
-    cells = []
+    cells = [_wall("qkv train farback")(o)]
     for kind, row in FARBACK_ROWS.items():
         model = result["models"][kind]
         cells.append(Cell(row, "params", f"{model['parameters']:,}"))
@@ -178,18 +371,60 @@ def farback_cells(out: Path, stdout: str) -> list[Cell]:
     cells.append(Cell("rule: sign of an EMA of signed size, λ = 0.9 / 0.99 / 0.999", all_column,
                       " / ".join(f"{rules[f'EMA λ={lam}']['accuracy']:.3f}"
                                  for lam in ("0.9", "0.99", "0.999"))))
+    # the default run is also the "256, 600" column of the "Longer, and shorter" table
+    command = FARBACK_LONGER["farback-5000"][0]
+    for cell in farback_column("farback.json", "256, 600")(o):
+        cell.prose = rf"\| {re.escape(cell.row)} \|(?: [^|]+ \|){{3}} ([^|]+?) \|"
+        cell.anchor = command.split(" --plot")[0]
+        cells.append(cell)
+    return cells
+
+
+def farback_column(name: str, column: str) -> Callable[[Output], list[Cell]]:
+    """One column of seeds.md's "Longer, and shorter" table: each model's held-out accuracy."""
+    def cells(o: Output) -> list[Cell]:
+        models = json.loads((o.out / name).read_text())["models"]
+        return [Cell(row, column, f"{models[kind]['accuracy']:.3f}")
+                for kind, row in FARBACK_ROWS.items()]
+    return cells
+
+
+FARBACK_LONGER = {  # run name → (command, its JSON, its column)
+    "farback-5000": ("qkv train farback --seed 0 --steps 5000 --json out/farback-5000.json "
+                     "--plot out/farback-5000.png", "farback-5000.json", "256, 5,000"),
+    **{f"farback-window{w}": (f"qkv train farback --seed 0 --window {w} --steps 3000 --json "
+                              f"out/farback-window{w}.json", f"farback-window{w}.json", column)
+       for w, column in ((32, "window 32, 3,000 steps"), (64, "64, 3,000"),
+                         (128, "128, 3,000"))}}
+
+FARBACK_GRU = ("qkv train farback --seed 0 --gru-gate-bias 3 --json out/farback-gru-tuned.json "
+               "--plot out/farback-gru-tuned.png")
+
+
+def farback_gru_cells(o: Output) -> list[Cell]:
+    """seeds.md's "A tuned recurrent model" table: accuracy by lag and in all."""
+    models = json.loads((o.out / "farback-gru-tuned.json").read_text())["models"]
+    header, _ = doc_table("docs/seeds.md", FARBACK_GRU)
+    rows = {"attention": "attention", "gru": "GRU, update-gate bias +3",
+            "recency": "recency (learned decay)"}
+    cells = []
+    for kind, row in rows.items():
+        for column, lag in zip(header[1:-1], models[kind]["by_lag"], strict=True):
+            cells.append(Cell(row, column, f"{lag['accuracy']:.3f}"))
+        cells.append(Cell(row, "all", f"{models[kind]['accuracy']:.3f}"))
     return cells
 
 
 RECALL = "qkv train recall --seed 0 --no-progress"
 
 
-def recall_cells(out: Path, stdout: str) -> list[Cell]:
+def recall_cells(o: Output) -> list[Cell]:
     header, _ = doc_table("docs/training.md", RECALL)
-    held = {int(m.group(1)): m.group(2) for m in
-            re.finditer(r"^step (\d+): held-out accuracy ([\d.]+)", stdout, re.M)}
-    return [Cell("held-out accuracy", column, held.get(int(column), "(not printed)"))
-            for column in header[1:] if column.isdigit()]
+    result = parse_recall(o.stdout)
+    return [*(Cell("held-out accuracy", column, result["held"].get(int(column), "(not printed)"))
+              for column in header[1:] if column.isdigit()),
+            Cell(prose=r"1,000\s+steps in ([\d.]+ s) of training time",
+                 measured=f"{result['seconds']:.1f} s", kind="timing")]
 
 
 SCALING_ROWS = {"naive": "naive", "qkv dense": "qkv dense", "qkv causal": "qkv causal",
@@ -200,47 +435,268 @@ def _mib(points: dict, n: int) -> str:
     return f"{points[n]['peak_bytes'] / 2**20:.1f} MiB" if n in points else "—"
 
 
-def _ms(points: dict, n: int) -> str:
-    if n not in points:
-        return "—"
-    seconds = points[n]["seconds"]
-    return f"{seconds:.2f} s" if seconds >= 1 else f"{seconds * 1e3:.1f} ms"
+def _point_time(points: dict, n: int) -> str:
+    return _s_or_ms(points[n]["seconds"]) if n in points else "—"
 
 
 SCALING_MEMORY = "python -m qkv.tasks.scaling --memory-only --json out/scaling-memory.json"
 
 
-def scaling_memory_cells(out: Path, stdout: str) -> list[Cell]:
-    result = json.loads((out / "scaling-memory.json").read_text())
+def scaling_memory_cells(o: Output) -> list[Cell]:
+    result = json.loads((o.out / "scaling-memory.json").read_text())
     cells = []
     for method, row in SCALING_ROWS.items():
         series = result["methods"][method]
         points = {p["n"]: p for p in series["points"]}
         slope = series["memory_slope"]
-        cells += [Cell(row, "peak memory n=8,192", _mib(points, 8192), memory=True),
-                  Cell(row, "n=65,536", _mib(points, 65536), memory=True),
+        cells += [Cell(row, "peak memory n=8,192", _mib(points, 8192), kind="memory"),
+                  Cell(row, "n=65,536", _mib(points, 65536), kind="memory"),
                   # fitted on those peaks, so it moves with them (window: 0.62–0.66 seen)
                   Cell(row, "memory slope", "—" if slope is None else f"{slope:.2f}",
                        abs_tol=MEMORY_SLOPE_TOLERANCE)]
+        if method == "qkv dense":  # the README quotes one point of the curve
+            cells.append(Cell(doc="README.md", anchor="Nq = Nk = 32768, D = 64",
+                              prose=r"the peak extra memory is ([\d.]+ MiB)",
+                              measured=_mib(points, 32768), kind="memory"))
     return cells
 
 
 SCALING = "python -m qkv.tasks.scaling --json out/scaling.json --plot out/scaling.png"
 
 
-def scaling_time_cells(out: Path, stdout: str) -> list[Cell]:
-    result = json.loads((out / "scaling.json").read_text())
-    cells = []
+def scaling_time_cells(o: Output) -> list[Cell]:
+    result = json.loads((o.out / "scaling.json").read_text())
+    cells = [_wall("python -m qkv.tasks.scaling")(o)]
     for method, row in SCALING_ROWS.items():
         series = result["methods"][method]
         points = {p["n"]: p for p in series["points"]}
         slope = series["time_slope"]
-        cells += [Cell(row, "time n=1,024", _ms(points, 1024), timing=True),
-                  Cell(row, "n=8,192", _ms(points, 8192), timing=True),
-                  Cell(row, "n=65,536", _ms(points, 65536), timing=True),
+        cells += [Cell(row, "time n=1,024", _point_time(points, 1024), kind="timing"),
+                  Cell(row, "n=8,192", _point_time(points, 8192), kind="timing"),
+                  Cell(row, "n=65,536", _point_time(points, 65536), kind="timing"),
                   Cell(row, "time slope", "—" if slope is None else f"{slope:.2f}",
-                       timing=True)]
+                       kind="slope")]
+    at_2048 = {m: {p["n"]: p for p in result["methods"][m]["points"]}.get(2048)
+               for m in ("qkv dense", "ssm scan")}
+    cells += [Cell(prose=pattern, kind="timing",
+                   measured=f"{point['seconds'] * 1e3:.0f} ms" if point else "(not reached)")
+              for pattern, point in ((r"\((\d+ ms) vs \d+ ms at n = 2,048", at_2048["qkv dense"]),
+                                     (r"vs (\d+ ms) at n = 2,048", at_2048["ssm scan"]))]
     return cells
+
+
+TRAIN_STEP = "python benchmarks/train.py --part step"
+
+
+def train_step_cells(o: Output) -> list[Cell]:
+    ours, theirs, ratio = parse_train_bench(o.stdout)["step"]
+    return [Cell(prose=r"takes ([\d.]+×) torch's", measured=f"{ratio:.2f}×", kind="timing"),
+            Cell(prose=r"\(([\d.]+ ms) against", measured=_ms(ours), kind="timing"),
+            Cell(prose=r"against ([\d.]+ ms);", measured=_ms(theirs), kind="timing")]
+
+
+DECODE = "python benchmarks/train.py --part decode"
+
+
+def decode_cells(o: Output) -> list[Cell]:
+    cells = []
+    for n, (cached, full, ratio) in parse_train_bench(o.stdout)["decode"].items():
+        cells += [Cell(str(n), "cached step", _ms(cached), kind="timing"),
+                  Cell(str(n), "full causal forward", _ms(full), kind="timing"),
+                  Cell(str(n), "ratio", f"{ratio:.0f}×", kind="timing")]
+    return cells
+
+
+MINILM = "python benchmarks/minilm.py"
+MINILM_1 = "python benchmarks/minilm.py --torch-threads 1"
+
+
+def minilm_cells(row: str) -> Callable[[Output], list[Cell]]:
+    return lambda o: [Cell(row, "qkv / sentence-transformers", f"{parse_minilm(o.stdout):.2f}",
+                           kind="timing")]
+
+
+RING = "python benchmarks/ring.py --n 65536 --ranks 1,2,4 --layouts zigzag,contiguous"
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'s' if n != 1 else ''}"
+
+
+def ring_cells(o: Output) -> list[Cell]:
+    cells = []
+    for (layout, ranks), r in parse_ring_bench(o.stdout).items():
+        row = (f"single-process engine, {_plural(r['threads'], 'thread')}" if layout == "engine"
+               else f"ring {layout}, {_plural(ranks, 'rank')} × {_plural(r['threads'], 'thread')}")
+        peaks = " / ".join(f"{p:.0f}" for p in r["peaks"])
+        cells += [Cell(row, "time", f"{r['seconds']:.2f} s", kind="timing"),
+                  Cell(row, "GFLOP/s", f"{r['gflops']:.0f}", kind="timing"),
+                  Cell(row, "peak MB per rank (start)", f"{peaks} ({r['start']:.0f})",
+                       kind="rss")]
+        if r["check"]:
+            err = r["check"][0]
+            cells.append(Cell(row, "check vs engine", "0.0" if err == 0 else f"{err:.1e}"))
+    return cells
+
+
+RING_1M = ("nice mpirun -n 4 --oversubscribe --allow-run-as-root -x OMP_NUM_THREADS=1 "
+           "python -m qkv.distributed --n 1048576 --heads 1 --dim 64 --mask causal --json")
+
+
+def ring_1m_cells(o: Output) -> list[Cell]:
+    r = parse_ring_demo(o.stdout)
+    flops = 4 * r["n"] ** 2 * r["dim"] * r["heads"] / 2  # causal
+    per = r["per_rank"]
+    return [
+        Cell(prose=r"\*\*([\d.]+ s)\*\* \(", measured=f"{r['forward_s']:.1f} s", kind="timing"),
+        Cell(prose=r"\*\* \(([\d.]+ min);", measured=f"{r['forward_s'] / 60:.1f} min",
+             kind="timing"),
+        Cell(prose=r"min; (\d+) GFLOP/s", measured=f"{flops / r['forward_s'] / 1e9:.0f}",
+             kind="timing"),
+        Cell(prose=r"GFLOP/s, counting 4·N²·D/2 for causal; (\d+ min \d+ s) for the",
+             measured=_duration(o.seconds), kind="timing"),
+        Cell(prose=r"computed its \d shards \(zigzag: none skipped\) for ([\d–]+ s)",
+             measured=f"{min(p['compute_s'] for p in per):.0f}–"
+                      f"{max(p['compute_s'] for p in per):.0f} s", kind="timing"),
+        Cell(prose=r"waited at most ([\d.]+ ms) for", kind="info",
+             measured=f"{max(p['wait_s'] for p in per) * 1e3:.0f} ms"),
+        Cell(prose=r"computed its (\d) shards", measured=str(max(p["computed"] for p in per))),
+        Cell(prose=r"\*\*peak (\d+ MB) per rank\*\*", kind="rss",
+             measured=f"{max(p['peak_mb'] for p in per):.0f} MB"),
+        Cell(prose=r"\(start\s+(\d+ MB);", kind="rss",
+             measured=f"{max(p['start_mb'] for p in per):.0f} MB"),
+        Cell(prose=r"(\d+) rows checked", measured=str(r["check_rows"])),
+        Cell(prose=r"max error\s+([\d.e+-]+) \(bound", measured=f"{r['check_err']:.1e}"),
+        Cell(prose=r"max error\s+[\d.e+-]+ \(bound ([\d.e+-]+)\)",
+             measured=f"{r['check_bound']:.1e}"),
+    ]
+
+
+QKV_RING = "qkv ring --ranks 4"
+
+
+def qkv_ring_cells(o: Output) -> list[Cell]:
+    parse_ring_demo(o.stdout)  # it ran and printed its summary
+    return [Cell(prose=r"~(\d+ s) on 2 cores", measured=f"{o.seconds:.0f} s", kind="timing")]
+
+
+RING_TCP_1G = "python benchmarks/ring_tcp.py --rate 1gbit --n 1024,2048,4096,8192"
+RING_TCP_100M = ("python benchmarks/ring_tcp.py --rate 100mbit "
+                 "--n 4096,8192,12288,16384,24576,32768,40960,49152")
+HIDDEN_MS = 0.5  # a wait below this is a hidden transfer: its size is noise, not a figure
+
+
+def ring_tcp_1g_cells(o: Output) -> list[Cell]:
+    cells = []
+    for n, r in parse_ring_tcp(o.stdout).items():
+        cells += [Cell(str(n), "T (ms)", f"{r['t']:.2f}", kind="timing"),
+                  Cell(str(n), "C (ms)", f"{r['c_ms']:.2f}", kind="timing"),
+                  Cell(str(n), "W (ms)", f"{r['w']:.2f}", kind="timing", abs_tol=HIDDEN_MS)]
+    return cells
+
+
+def ring_tcp_100m_cells(o: Output) -> list[Cell]:
+    cells = []
+    for n, r in parse_ring_tcp(o.stdout).items():
+        cells += [Cell(str(n), "T (ms)", f"{r['t']:.0f}", kind="timing"),
+                  Cell(str(n), "C (ms)", f"{r['c_ms']:.0f}", kind="timing"),
+                  Cell(str(n), "W (ms)", f"{r['w']:.2f}" if r["w"] < 1 else f"{r['w']:.0f}",
+                       kind="timing", abs_tol=HIDDEN_MS),
+                  Cell(str(n), "max(0, T − C)", f"{r['gap']:.0f}", kind="timing",
+                       abs_tol=HIDDEN_MS),
+                  Cell(str(n), "c* = 4F/B", f"{r['c_star']:,}", kind="timing")]
+    rows = parse_ring_tcp(o.stdout).values()
+    for pattern, key, digits in ((r"measured B\s+\(([\d.–]+) MB/s", "b", 1),
+                                 (r"and F \(([\d–]+) GFLOP/s", "f", 0)):
+        low, high = min(r[key] for r in rows), max(r[key] for r in rows)
+        cells.append(Cell(prose=pattern, kind="timing",
+                          measured=f"{low:.{digits}f}–{high:.{digits}f}"))
+    return cells
+
+
+BENCH = "qkv bench --json out/bench.json"
+BENCH_LOAD = "qkv bench --load --json out/bench-load.json"
+
+
+def bench_cells(o: Output) -> list[Cell]:
+    results = parse_bench(o.out / "bench.json")
+    run = results.pop("_run")
+    first = run.get("first_call_s") or {}  # not measured by --only / --quick
+
+    def took(key: str, digits: int) -> str:
+        return f"{first[key]:.{digits}f} s" if key in first else "(not measured)"
+    cells = [Cell(prose=r"`import qkv` ([\d.]+ s)", kind="timing",
+                  measured=took("import qkv (cold)", 2)),
+             Cell(prose=r"first\s+attention call ([\d.]+ s) with an empty", kind="timing",
+                  measured=took("first attention (cold cache)", 1)),
+             Cell(prose=r"\(the compile, once per install\) and ([\d.]+ s) with", kind="timing",
+                  measured=took("first attention (warm cache)", 2)),
+             Cell(prose=r"2048³ GEMM measured (\d+) GFLOP/s in the quiet run", kind="info",
+                  measured=f"{run['square_gemm_gflops']:.0f}")]
+    for name, r in results.items():
+        s, peak = r["seconds"], r["peak_mib"]
+        cells += [Cell(name, "qkv/torch", f"{s['qkv'] / s['torch']:.2f}", kind="timing"),
+                  Cell(name, "GFLOP/s", f"{r['gflops']:.0f}", kind="timing"),
+                  Cell(name, "of GEMM / of square",
+                       f"{r['gemm_fraction']:.2f} / {r['square_fraction']:.2f}", kind="timing"),
+                  Cell(name, "qkv MiB", f"{peak['qkv']:.0f}", kind="memory"),
+                  # torch's RSS above a baseline depends on what its allocator kept from the
+                  # cases before (forward+backward: 24 and 0 MiB in one run, 52 and 56 in the
+                  # next): shown and refreshed by --update, not a figure to check
+                  Cell(name, "torch MiB", f"{peak['torch']:.0f}", kind="info")]
+    return cells
+
+
+def bench_load_cells(o: Output) -> list[Cell]:
+    results = parse_bench(o.out / "bench-load.json")
+    run = results.pop("_run")
+    return [Cell(prose=r"and (\d+) under `--load`", kind="info",
+                 measured=f"{run['square_gemm_gflops']:.0f}"),
+            *(Cell(name, "under load", f"{r['seconds']['qkv'] / r['seconds']['torch']:.2f}",
+                   kind="timing") for name, r in results.items())]
+
+
+GPT = "OMP_WAIT_POLICY=PASSIVE python benchmarks/gpt_vs_torch.py --json out/gpt-vs-torch.json"
+GPT_300 = "OMP_WAIT_POLICY=PASSIVE python benchmarks/gpt_vs_torch.py --steps 300"
+
+
+def gpt_cells(o: Output) -> list[Cell]:
+    r = parse_gpt_vs_torch(o.stdout)
+    cells = [Cell(prose=r"load average ([\d.]+) at the start", measured=r["load"][0],
+                  kind="info"),
+             Cell(prose=r"load average [\d.]+ at the start, ([\d.]+) at the end",
+                  measured=r["load"][1], kind="info")]
+    for step, (lq, lt, sq, st) in r["curve"].items():
+        row = str(step)
+        cells += [Cell(row, "qkv validation loss (240 windows)", lq), Cell(row, "torch", lt),
+                  Cell(row, "qkv s/step so far", sq, kind="timing"),
+                  Cell(row, "torch s/step so far", st, kind="timing")]
+    (vq, vt, diff), (sq, st, ratio) = r["val"], r["seconds"]
+    row = r"\| validation loss, all [\d,]+ validation characters \| "
+    cells += [Cell(prose=row + r"\*\*([\d.]+)\*\*", measured=vq),
+              Cell(prose=row + r"[^|]+ \| ([^|\n]+?) \|",
+                   measured=f"**{vt}** (difference {_signed(float(diff))})"),
+              Cell(prose=r"\| seconds per training step \| ([^|\n]+?) \|", measured=sq,
+                   kind="timing"),
+              Cell(prose=r"\| seconds per training step \| [^|]+ \| ([^|\n]+?) \|",
+                   measured=f"{st} (qkv / torch {ratio}×)", kind="timing")]
+    return cells
+
+
+def gpt_300_cells(o: Output) -> list[Cell]:
+    r = parse_gpt_vs_torch(o.stdout)
+    (vq, vt, diff), (sq, st, ratio) = r["val"], r["seconds"]
+    return [Cell(prose=r"load average at\s+([\d.]+) at its start", measured=r["load"][0],
+                 kind="info"),
+            Cell(prose=r"at its start and ([\d.]+) at its end", measured=r["load"][1],
+                 kind="info"),
+            Cell(prose=r"gave validation loss ([\d.]+) for both",
+                 measured=vq if vq == vt else f"{vq} (qkv) and {vt} (torch)"),
+            Cell(prose=r"for both \(difference ([−\d.]+)\)", measured=_signed(float(diff))),
+            Cell(prose=r"and ([\d.]+) against [\d.]+\s+seconds per step", measured=sq,
+                 kind="timing"),
+            Cell(prose=r"against ([\d.]+)\s+seconds per step", measured=st, kind="timing"),
+            Cell(prose=r"\*\*qkv / torch ([\d.]+×)\*\*", measured=f"{ratio}×", kind="timing")]
 
 
 RUNS = [
@@ -257,25 +713,60 @@ RUNS = [
          "seq2seq-alignment.svg": "docs/figures/seq2seq-alignment.svg",
          "seq2seq-fixed.safetensors": "src/qkv/tasks/data/seq2seq-fixed.safetensors",
          "seq2seq-attention.safetensors": "src/qkv/tasks/data/seq2seq-attention.safetensors"}),
+    *(Run(name, "docs/seeds.md", command, minutes, farback_column(json_name, column),
+          long=True)  # exact figures, but 13 minutes together
+      for (name, (command, json_name, column)), minutes in zip(FARBACK_LONGER.items(),
+                                                              (6.0, 2.0, 2.5, 3.0), strict=True)),
+    Run("farback-gru", "docs/seeds.md", FARBACK_GRU, 1.0, farback_gru_cells),
+    Run("ring", "docs/distributed.md", RING, 1.5, ring_cells, benchmark=True),
     Run("scaling", "docs/seeds.md", SCALING, 1.5, scaling_time_cells,
         {"scaling.json": ("docs/figures/scaling.json", "src/qkv/tasks/data/scaling.json"),
          "scaling.png": "docs/figures/scaling.png"},
         timings_only=True),
+    Run("train-step", "docs/training.md", TRAIN_STEP, 0.3, train_step_cells, timings_only=True,
+        benchmark=True),
+    Run("decode", "docs/training.md", DECODE, 0.2, decode_cells, timings_only=True,
+        benchmark=True),
+    Run("minilm", "docs/minilm.md", MINILM, 1.0, minilm_cells("torch's default threads (2)"),
+        timings_only=True, benchmark=True),
+    Run("minilm-1", "docs/minilm.md", MINILM_1, 1.0, minilm_cells("`--torch-threads 1`"),
+        timings_only=True, benchmark=True),
+    Run("qkv-ring", "README.md", QKV_RING, 0.2, qkv_ring_cells, timings_only=True,
+        benchmark=True),
+    Run("ring-tcp", "docs/distributed.md", RING_TCP_1G, 0.2, ring_tcp_1g_cells,
+        timings_only=True, benchmark=True),
+    Run("ring-tcp-100m", "docs/distributed.md", RING_TCP_100M, 2.0, ring_tcp_100m_cells,
+        timings_only=True, benchmark=True),
+    Run("bench", "benchmarks/README.md", BENCH, 6.0, bench_cells, benchmark=True),
+    Run("bench-load", "benchmarks/README.md", BENCH_LOAD, 7.5, bench_load_cells,
+        timings_only=True, benchmark=True),
+    Run("gpt-300", "docs/gpt.md", GPT_300, 2.0, gpt_300_cells, timings_only=True,
+        benchmark=True),
+    Run("gpt", "docs/gpt.md", GPT, 30.0, gpt_cells, long=True, benchmark=True),
+    Run("ring-1m", "docs/distributed.md", RING_1M, 25.0, ring_1m_cells, long=True,
+        benchmark=True),
 ]
 
 
-def execute(run: Run, workdir: Path, timeout: float | None = None) -> tuple[Path, str]:
-    """Run ``run.command`` in ``workdir`` (its ``out/`` is created there); (out, stdout).
-    This checkout's ``src/`` comes first on the path, so the code checked is the code here."""
+def execute(run: Run, workdir: Path, timeout: float | None = None) -> Output:
+    """Run ``run.command`` in ``workdir`` (its ``out/`` is created there).
+    This checkout's ``src/`` comes first on the path, so the code checked is the code here;
+    benchmarks run without this machine's OPENBLAS_* overrides, as the benchmarks README says."""
+    argv, assigned = run.argv()
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "NO_COLOR": "1",
-           "HF_HUB_OFFLINE": "1"}
+           "HF_HUB_OFFLINE": "1", **assigned}
+    if run.benchmark:
+        env.pop("OPENBLAS_CORETYPE", None)
+        env.pop("OPENBLAS_L2_SIZE", None)
     out = workdir / "out"
     out.mkdir(parents=True, exist_ok=True)
-    done = subprocess.run(run.argv(), cwd=workdir, env=env, capture_output=True, text=True,
+    start = time.monotonic()
+    done = subprocess.run(argv, cwd=workdir, env=env, capture_output=True, text=True,
                           timeout=timeout, stdin=subprocess.DEVNULL)
+    seconds = time.monotonic() - start
     if done.returncode != 0:
         raise RuntimeError(f"`{run.command}` exited {done.returncode}:\n{done.stderr[-3000:]}")
-    return out, done.stdout
+    return Output(out, done.stdout, seconds)
 
 
 def by_name(names: list[str] | None) -> list[Run]:

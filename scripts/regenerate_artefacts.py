@@ -36,8 +36,9 @@ def main(argv: list[str] | None = None) -> int:
     for run in runs:
         with tempfile.TemporaryDirectory(prefix=f"qkv-{run.name}-") as tmp:
             print(f"{run.name}: {run.command}", flush=True)
-            out, stdout = execute(run, Path(tmp))
-            print(stdout)
+            output = execute(run, Path(tmp))
+            print(output.stdout)
+            out = output.out
             for name, targets in run.artefacts.items():
                 for target in (targets,) if isinstance(targets, str) else targets:
                     shutil.copyfile(out / name, ROOT / target)

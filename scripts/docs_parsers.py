@@ -1,0 +1,117 @@
+"""One parser per output format of the commands the docs print (scripts/docs_figures.py turns
+their results into the docs' cells). Each takes the command's stdout (or its JSON file) and
+returns the figures as numbers, or raises ValueError naming the command when a line it needs is
+missing — a changed output format fails loudly, never as a silently unchecked figure."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+
+def _search(pattern: str, stdout: str, what: str) -> re.Match:
+    m = re.search(pattern, stdout, re.M)
+    if not m:
+        raise ValueError(f"{what}: no line matching {pattern!r} in its output:\n{stdout[-2000:]}")
+    return m
+
+
+def parse_recall(stdout: str) -> dict:
+    """``qkv train recall --no-progress``: {"held": {step: "0.9965"}, "seconds": training time}."""
+    held = {int(m.group(1)): m.group(2) for m in
+            re.finditer(r"^step (\d+): held-out accuracy ([\d.]+)", stdout, re.M)}
+    seconds = float(_search(r"training time ([\d.]+) s", stdout, "qkv train recall").group(1))
+    return {"held": held, "seconds": seconds}
+
+
+def parse_train_bench(stdout: str) -> dict:
+    """``benchmarks/train.py``: {"step": (qkv s, torch s, ratio) if run, "decode": {n: (cached
+    s, full s, full / cached)}}."""
+    result: dict = {"decode": {}}
+    m = re.search(r"qkv ([\d.]+) ms, torch ([\d.]+) ms, ratio ([\d.]+)×", stdout)
+    if m:
+        result["step"] = (float(m.group(1)) / 1e3, float(m.group(2)) / 1e3, float(m.group(3)))
+    for m in re.finditer(r"n=\s*(\d+): cached step\s+([\d.]+) ms\s+full causal forward\s+"
+                         r"([\d.]+) ms\s+ratio\s+([\d.]+)×", stdout):
+        result["decode"][int(m.group(1))] = (float(m.group(2)) / 1e3, float(m.group(3)) / 1e3,
+                                             float(m.group(4)))
+    if "step" not in result and not result["decode"]:
+        raise ValueError(f"benchmarks/train.py printed no figure:\n{stdout[-2000:]}")
+    return result
+
+
+def parse_minilm(stdout: str) -> float:
+    """``benchmarks/minilm.py``: qkv's throughput over sentence-transformers'."""
+    return float(_search(r"^ratio qkv / sentence-transformers = ([\d.]+)", stdout,
+                         "benchmarks/minilm.py").group(1))
+
+
+def parse_ring_bench(stdout: str) -> dict:
+    """``benchmarks/ring.py``: {("engine", 1) or (layout, ranks): {"threads", "seconds",
+    "gflops", "peaks" (MB per rank), "start" (MB), "check" (error, bound) or None}}."""
+    rows = {}
+    m = re.search(r"^engine\s+1 process × (\d+) threads:\s+([\d.]+) s\s+([\d.]+) GFLOP/s\s+"
+                  r"peak ([\d.]+) MB \(start ([\d.]+) MB\)", stdout, re.M)
+    if m:
+        rows[("engine", 1)] = {"threads": int(m.group(1)), "seconds": float(m.group(2)),
+                               "gflops": float(m.group(3)), "peaks": [float(m.group(4))],
+                               "start": float(m.group(5)), "check": None}
+    for m in re.finditer(r"^ring (\w+)\s+(\d+) ranks × (\d+) threads:\s+([\d.]+) s\s+"
+                         r"([\d.]+) GFLOP/s\s+peak MB per rank ([\d/]+) \(start ([\d.]+)\).*?"
+                         r"check ([\d.e+-]+) ≤ ([\d.e+-]+)", stdout, re.M):
+        rows[(m.group(1), int(m.group(2)))] = {
+            "threads": int(m.group(3)), "seconds": float(m.group(4)),
+            "gflops": float(m.group(5)), "peaks": [float(x) for x in m.group(6).split("/")],
+            "start": float(m.group(7)), "check": (float(m.group(8)), float(m.group(9)))}
+    if not rows:
+        raise ValueError(f"benchmarks/ring.py printed no run:\n{stdout[-2000:]}")
+    return rows
+
+
+def parse_ring_demo(stdout: str) -> dict:
+    """``python -m qkv.distributed`` / ``qkv ring``: its JSON line when ``--json`` was given,
+    else {"forward_s"} from the human summary."""
+    lines = [ln for ln in stdout.splitlines() if ln.startswith("JSON ")]
+    if lines:
+        return json.loads(lines[-1][5:])
+    return {"forward_s": float(_search(r"^forward: ([\d.]+) s wall", stdout,
+                                       "the ring demo").group(1))}
+
+
+def parse_ring_tcp(stdout: str) -> dict:
+    """``benchmarks/ring_tcp.py``: {N: {"c", "kb", "t", "c_ms", "w", "hidden_gap", "f", "b",
+    "c_star"}} (milliseconds, GFLOP/s, MB/s, as printed)."""
+    rows = {}
+    for m in re.finditer(r"^\s*(\d+)\s+(\d+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+"
+                         r"([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+(yes|no)\s+(\d+)\s*$", stdout, re.M):
+        n, c, kb, t, cm, w, gap, f, b, _, c_star = m.groups()
+        rows[int(n)] = {"c": int(c), "kb": int(kb), "t": float(t), "c_ms": float(cm),
+                        "w": float(w), "gap": float(gap), "f": float(f), "b": float(b),
+                        "c_star": int(c_star)}
+    if not rows:
+        raise ValueError(f"benchmarks/ring_tcp.py printed no row:\n{stdout[-2000:]}")
+    return rows
+
+
+def parse_gpt_vs_torch(stdout: str) -> dict:
+    """``benchmarks/gpt_vs_torch.py``: {"curve": {step: (qkv loss, torch loss, qkv s/step, torch
+    s/step)}, "val": (qkv, torch, difference), "seconds": (qkv, torch, ratio), "load":
+    (start, end)} as printed."""
+    curve = {int(m.group(1)): m.group(2, 3, 4, 5) for m in re.finditer(
+        r"^step\s+(\d+): validation loss .*? qkv ([\d.]+)\s+torch ([\d.]+)\s+·\s+s/step so far "
+        r"qkv ([\d.]+)\s+torch ([\d.]+)", stdout, re.M)}
+    val = _search(r"validation loss \(all val\)\s+([\d.]+)\s+([\d.]+)\s+difference ([-+][\d.]+)",
+                  stdout, "benchmarks/gpt_vs_torch.py").groups()
+    sec = _search(r"seconds per step\s+([\d.]+)\s+([\d.]+)\s+qkv / torch ([\d.]+)×",
+                  stdout, "benchmarks/gpt_vs_torch.py").groups()
+    load = (_search(r"; load average ([\d.]+|unknown)", stdout, "gpt_vs_torch").group(1),
+            _search(r"^load average at the end: ([\d.]+|unknown)", stdout,
+                    "gpt_vs_torch").group(1))
+    return {"curve": curve, "val": val, "seconds": sec, "load": load}
+
+
+def parse_bench(path: Path) -> dict:
+    """``qkv bench --json PATH``: {case name: result} plus "_run" (the header's figures)."""
+    data = json.loads(path.read_text(encoding="utf-8"))
+    return {"_run": data, **{r["case"]["name"]: r for r in data["results"]}}
