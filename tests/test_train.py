@@ -160,7 +160,9 @@ def test_docs_training_figures_come_from_the_commands_shown(tmp_path, capsys, mo
     nxt = re.search(r"the next largest (0\.\d{4})", doc).group(1)
     hit = re.search(r"for \*\*(\d\.\d{4})\*\* of queries \(answer accuracy (\d\.\d{4})\)",
                     doc).groups()
-    agree = re.search(r"kernel's weights to (\S+)\.\n", doc).group(1)
+    # the kernel's float32 rounding differs by CPU (its BLAS kernels), so the doc gives a bound
+    bound = float(re.search(r"kernel's weights to within float32's eps\n\((\S+)\)", doc).group(1))
+    assert bound == float(f"{np.finfo(np.float32).eps:.1e}")
     query = re.search(r"query key (k\d+), whose value (v\d+) is stored in pair (\d+)", doc)
     match = re.search(r"│\s+(\d+) │ (k\d+)\s+│ (v\d+)\s+│.*│ (0\.\d{4}) │.*← match", out)
     assert match.groups() == (query.group(3), query.group(1), query.group(2), weight), out
@@ -168,7 +170,8 @@ def test_docs_training_figures_come_from_the_commands_shown(tmp_path, capsys, mo
     assert f"{weights[-2]:.4f}" == nxt
     assert f"over 10000 held-out sequences: the largest weight falls on the matching key for " \
            f"{hit[0]} of queries; answer accuracy {hit[1]}" in " ".join(out.split())
-    assert f"max difference {agree}" in out
+    agree = float(re.search(r"max difference (\S+)", out).group(1))
+    assert 0 <= agree < bound, (agree, bound)
     assert "held-out example 0" in out and "✓" in out
 
 
