@@ -25,6 +25,7 @@ files are never written, except the docs by --update. Each run prints its wall t
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 import tempfile
 import time
@@ -46,6 +47,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="also run the very slow runs (about 25 min each)")
     parser.add_argument("--update", action="store_true",
                         help="rewrite the docs' timings with this run's (implies --timings)")
+    parser.add_argument("--keep", type=Path, metavar="DIR",
+                        help="keep each run's out/ folder as DIR/RUN (e.g. to refresh "
+                             "benchmarks/latest.json from DIR/bench/bench.json)")
     parser.add_argument("--list", action="store_true", help="list the runs and exit")
     args = parser.parse_args(argv)
     args.timings = args.timings or args.update
@@ -74,6 +78,9 @@ def main(argv: list[str] | None = None) -> int:
                 failed += 1
                 continue
             changed = update(run, output) if args.update else []
+            if args.keep and (Path(tmp) / "out").is_dir():
+                shutil.copytree(Path(tmp) / "out", args.keep / run.name, dirs_exist_ok=True)
+                (args.keep / run.name / "stdout.txt").write_text(output.stdout)
         if args.update:  # the timings now are this run's: only the exact figures can differ
             problems = compare(run, output, timings=False)
         status = "ok" if not problems else f"{len(problems)} differ"
