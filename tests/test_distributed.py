@@ -494,7 +494,11 @@ def test_cut_link_mid_ring_ends_the_job():
     """Rank 1's link taken down (``ip link set … down``) while the ring runs (2 hosts, 1200 ×
     64 zigzag, rank 1 paused mid-step): the job ends within 30 s with a non-zero exit code and a
     message saying a host was lost; no rank prints a result. mpirun notices through its TCP
-    keepalive (tests/netns.py, KEEPALIVE), or a rank's ring deadline (timeout=5) fires first."""
+    keepalive (tests/netns.py, KEEPALIVE: about 6 s). The ranks' deadline (timeout=10) is set
+    above that window on purpose: a rank that aborts first makes mpirun send to the lost
+    daemon, and with data unacknowledged on that connection keepalive no longer applies — the
+    job then hung past 90 s (seen with the prebuilt step, whose fast first call made rank 0's
+    5 s deadline fire before the keepalive did)."""
     hosts_cls = _hosts_or_skip()
     with hosts_cls(2) as hosts:
         code, seconds, out = _watch_job(

@@ -331,7 +331,8 @@ def test_random_schedules_of_appends_and_releases(ops, block_size, seed):
     release, no block is in two places, and attention over the pool (2 queries per sequence,
     the tiled path) is bitwise that of each sequence's own contiguous k, v."""
     g = np.random.default_rng(seed)
-    layer = nn.PagedLayerCache(batch=3, num_blocks=64, block_size=block_size)
+    blocks = 3 * 10 * 7  # never full: 3 sequences, ≤ 10 appends of ≤ 7 (exhaustion: below)
+    layer = nn.PagedLayerCache(batch=3, num_blocks=blocks, block_size=block_size)
     want = [[np.zeros((2, 0, 4), np.float32)] * 2 for _ in range(3)]  # per slot: k, v
     for op, slots, n in ops:
         seqs = sorted(slots)
@@ -346,7 +347,7 @@ def test_random_schedules_of_appends_and_releases(ops, block_size, seed):
             want[b] = [np.concatenate([want[b][0], k[i]], axis=1),
                        np.concatenate([want[b][1], v[i]], axis=1)]
         held = [blk for t in layer.tables for blk in t]
-        assert len(set(held)) == len(held) and len(held) + len(layer.free) == 64
+        assert len(set(held)) == len(held) and len(held) + len(layer.free) == blocks
         for b in range(3):
             assert layer.lengths[b] == want[b][0].shape[1]
             if layer.lengths[b]:

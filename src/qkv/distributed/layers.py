@@ -54,8 +54,8 @@ class RingMultiHeadAttention(MultiHeadAttention):
         ring.comm, ring.layout = comm, layout
         return ring
 
-    def forward(self, x, context=None, mask=None, *, cache=None):
-        if cache is not None:
+    def forward(self, x, context=None, mask=None, *, cache=None, seqs=None):
+        if cache is not None or seqs is not None:
             raise ValueError("RingMultiHeadAttention: decoding with a KV cache is single-process; "
                              "use the qkv.nn layer it was made from")
         return super().forward(x, context, mask)
