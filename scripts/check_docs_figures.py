@@ -81,8 +81,8 @@ def main(argv: list[str] | None = None) -> int:
             if args.keep and (Path(tmp) / "out").is_dir():
                 shutil.copytree(Path(tmp) / "out", args.keep / run.name, dirs_exist_ok=True)
                 (args.keep / run.name / "stdout.txt").write_text(output.stdout)
-        if args.update:  # the timings now are this run's: only the exact figures can differ
-            problems = compare(run, output, timings=False)
+            if args.update:  # the timings now are this run's: only the exact figures can differ
+                problems = compare(run, output, timings=False)  # (reads out/: still here)
         status = "ok" if not problems else f"{len(problems)} differ"
         print(f"{run.name}: {status} ({output.seconds:.0f} s)  {run.command}", flush=True)
         for line in problems:

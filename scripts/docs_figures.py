@@ -626,11 +626,13 @@ def bench_cells(o: Output) -> list[Cell]:
     def took(key: str, digits: int) -> str:
         return f"{first[key]:.{digits}f} s" if key in first else "(not measured)"
     cells = [Cell(prose=r"`import qkv` ([\d.]+ s)", kind="timing",
-                  measured=took("import qkv (cold)", 2)),
+                  measured=took("import qkv (cold JIT)", 2)),
              Cell(prose=r"first\s+attention call ([\d.]+ s) with an empty", kind="timing",
-                  measured=took("first attention (cold cache)", 1)),
-             Cell(prose=r"\(the compile, once per install\) and ([\d.]+ s) with", kind="timing",
-                  measured=took("first attention (warm cache)", 2)),
+                  measured=took("first attention (cold JIT)", 2)),
+             Cell(prose=r"\(the compile, once per install\), ([\d.]+ s) with", kind="timing",
+                  measured=took("first attention (JIT cache)", 2)),
+             Cell(prose=r"and ([\d.]+ s) with the\s+prebuilt step", kind="timing",
+                  measured=took("first attention (prebuilt)", 2)),
              Cell(prose=r"2048³ GEMM measured (\d+) GFLOP/s in the quiet run", kind="info",
                   measured=f"{run['square_gemm_gflops']:.0f}")]
     for name, r in results.items():
