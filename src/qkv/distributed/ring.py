@@ -10,8 +10,8 @@ Each of P ranks holds a shard of the queries and a shard of the keys and values 
                           lse = logaddexp(lse, lse_t)
                           out = out · exp(lse_old − lse) + out_t · exp(lse_t − lse)
                       and only then waits for the transfer, which has run during the compute
-                      (the compute goes in blocks of queries with an MPI_Test between them,
-                      as over TCP a message moves only inside MPI calls: ``_blocks``).
+                      (a thread moves it, as over TCP a message moves only inside MPI calls:
+                      ``_computing``).
 
 Masks and biases are evaluated at *global* positions (``qkv.engine.prepare(..., positions=)``),
 so causal, window, prefix, padding and documents masks mean what they mean on the full arrays.
@@ -27,13 +27,15 @@ shard it sees — dq stays home. Each rank keeps its own kv shard home and adds 
 its own dk/dv in two halves of its query rows: at step 0 (while the first kv shard arrives)
 and after the ring (while its accumulator comes home). Every other shard's dk/dv accumulator
 travels one step behind the shard, P − 1 hops: started by the owner's right neighbour, added
-to by each rank (``engine.backward(..., into=)``), home to the owner last. During every engine
-call a thread moves the transfers in flight (``_channel.Channel.progressing``).
+to by each rank (``engine.backward(..., into=)``), home to the owner last. Forward and backward
+alike compute every step inside ``_computing``: a thread moves the transfers in flight
+(``_channel.Channel.progressing``).
 """
 
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -199,17 +201,37 @@ def _setup(q, k, v, mask, bias, scale, comm, layout, check_finite, stats, timeou
 # --------------------------------------------------------------------------------------------
 # The ring
 # --------------------------------------------------------------------------------------------
-def _blocks(p: Problem, ch: _channel.Channel) -> list[tuple[int, int]]:
-    """Query row ranges ``[(q0, q1), ...]`` to compute one ring step in.
+@contextmanager
+def _computing(ch: _channel.Channel, stats: dict):
+    """Compute one piece of a ring step while a thread moves the transfers in flight; timed.
 
-    While a transfer is in flight the step is computed in blocks of queries with
-    ``ch.progress()`` (an MPI_Test) between them. Why: over TCP, OpenMPI moves a large message
-    only while the ranks are inside MPI calls, so a step computed in one piece left its transfer
-    stalled until the wait — ranks waited a whole transfer or more even when the compute took
-    3× as long; with the blocks, 0.1 ms (docs/distributed.md, "Transfers that progress during
-    the compute"). Query rows are independent, so the blocks change no result; a block is
-    whole query tiles, one per worker thread, so the engine tiles and threads each block as it
-    would the whole step.
+    The one way the ring's transfers progress, forward and backward: over TCP, OpenMPI moves a
+    large message only while a process is inside an MPI call, so a step computed without one
+    left its transfer stalled until the wait — ranks waited a whole transfer or more even when
+    the compute took 3× as long (docs/distributed.md, "Transfers that progress during the
+    compute"). ``ch.progressing()`` runs ``MPI_Testall`` on a parked thread meanwhile; the
+    block inside must make no MPI call. The seconds go to ``stats["compute_s"]`` and to the
+    channel's deadline (a peer waits up to twice the longest step).
+    """
+    started = time.perf_counter()
+    with ch.progressing():
+        yield
+    elapsed = time.perf_counter() - started
+    ch.computed(elapsed)
+    stats["compute_s"] += elapsed
+
+
+def _blocks(p: Problem, ch: _channel.Channel) -> list[tuple[int, int]]:
+    """Query row ranges ``[(q0, q1), ...]`` to compute one forward step in.
+
+    While a transfer is in flight the forward computes its step in blocks of queries, whole
+    query tiles, one per worker thread (the engine tiles and threads each block as it would the
+    whole step); the last step, with nothing in flight, in one piece. Query rows are
+    independent, so the blocks change no result. Why blocks, now that a thread moves the
+    transfers (``_computing``): measured over 1 Gbit/s TCP at N = 2048, the forward in blocks
+    waited less per transfer in the tail than in one engine call per step, and no more at
+    N = 8192 (docs/distributed.md, "Transfers that progress during the compute"); each block's
+    partial (out_t, lse_t) is a block's rows, not the shard's.
     """
     if not ch.pending:  # nothing in flight (the last step): one piece
         return [(0, p.nq)]
@@ -319,15 +341,12 @@ def ring_attention(q, k, v, mask=None, bias=None, scale=None, comm=None, layout=
             if not engine.has_work(part):
                 stats["skipped"].append(src)
                 continue
-            started = time.perf_counter()
-            for q0, q1 in _blocks(part, ring.channel):
-                block = _rows(part, q0, q1)
-                if engine.has_work(block):
-                    out_t, lse_t = engine.forward(block)  # normalised within this kv shard
-                    merge(out[..., q0:q1, :], lse[..., q0:q1], out_t, lse_t)
-                ring.channel.progress()  # let the next shard move (see _blocks)
-            ring.channel.computed(time.perf_counter() - started)
-            stats["compute_s"] += time.perf_counter() - started
+            with _computing(ring.channel, stats):  # the next shard moves meanwhile
+                for q0, q1 in _blocks(part, ring.channel):
+                    block = _rows(part, q0, q1)
+                    if engine.has_work(block):
+                        out_t, lse_t = engine.forward(block)  # normalised within this kv shard
+                        merge(out[..., q0:q1, :], lse[..., q0:q1], out_t, lse_t)
             stats["computed"].append(src)
         return out, lse
 
@@ -391,20 +410,16 @@ def ring_attention_backward(q, k, v, out, lse, dout, mask=None, bias=None, scale
         direct = nk_ == np.prod(flat_k) and nv_ == np.prod(flat_v)
         into = ((acc[:nk_].reshape(flat_k), acc[nk_:].reshape(flat_v)) if direct
                 else (np.zeros(flat_k, c), np.zeros(flat_v, c)))
-        started = time.perf_counter()
-        with ch.progressing():
+        with _computing(ch, stats):  # the transfers in flight move meanwhile
             dq_b, dk_b, dv_b = engine.backward(
                 block, held["out"][..., q0:q1, :], held["lse"][..., q0:q1],
                 held["dout"][..., q0:q1, :], into=into)
-        dq[:, :, q0:q1] += dq_b
-        if not direct:  # k or v broadcast along batch dims: sum back to the shard's shape
-            for g, shape, flat in ((dk_b, ring.k_shapes[src], acc[:nk_]),
-                                   (dv_b, ring.v_shapes[src], acc[nk_:])):
-                flat += unbroadcast(g.reshape(*p.batch_shape, *g.shape[-3:]), shape,
-                                    p.two_d).reshape(-1)
-        elapsed = time.perf_counter() - started
-        ch.computed(elapsed)
-        stats["compute_s"] += elapsed
+            dq[:, :, q0:q1] += dq_b
+            if not direct:  # k or v broadcast along batch dims: sum back to the shard's shape
+                for g, shape, flat in ((dk_b, ring.k_shapes[src], acc[:nk_]),
+                                       (dv_b, ring.v_shapes[src], acc[nk_:])):
+                    flat += unbroadcast(g.reshape(*p.batch_shape, *g.shape[-3:]), shape,
+                                        p.two_d).reshape(-1)
         return True
 
     dq = np.zeros((p.batch_size, p.hq, p.nq, p.dk), dtype=c)  # (B, Hq, nq_r, Dk), stays home
