@@ -3,8 +3,8 @@
     python benchmarks/ring_tcp.py --rate 1gbit --n 1024,2048,4096,8192,16384    # as root
     python benchmarks/ring_tcp.py --rate 1gbit --n 2048,8192 --backward         # the backward
 
-Runs 2 ranks, each in its own network namespace (tests/netns.py: a private bridge, TCP only,
-links shaped to ``--rate`` with tc tbf), and for each N times, on every rank,
+Runs 2 ranks, each in its own network namespace (benchmarks/_netns.py: a private bridge, TCP
+only, links shaped to ``--rate`` with tc tbf), and for each N times, on every rank,
 
 * ``T``: one step's transfer alone (a kv shard of 8·c·D bytes, c = N/2, exchanged both ways
   around the ring with nothing else to do),
@@ -31,15 +31,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import time
 from functools import partial
 from pathlib import Path
 
 import numpy as np
-
-HERE = Path(__file__).resolve().parent
 
 
 def rank_main(ns: list[int], dim: int, backward: bool) -> None:
@@ -106,8 +103,7 @@ def main() -> int:
     if args.rank_side:
         rank_main(ns, args.dim, args.backward)
         return 0
-    sys.path.insert(0, str(HERE.parent / "tests"))
-    from netns import Hosts, unavailable
+    from _netns import Hosts, unavailable  # this folder's shared launcher
 
     why = unavailable()
     if why:
@@ -115,11 +111,9 @@ def main() -> int:
         return 2
     rate = None if args.rate == "none" else args.rate
     with Hosts(2, rate=rate) as hosts:
-        run = subprocess.run(hosts.mpirun(2, [sys.executable, str(Path(__file__).resolve()),
-                                              "--rank-side", "--n", args.n,
-                                              "--dim", str(args.dim),
-                                              *(["--backward"] if args.backward else [])]),
-                             capture_output=True, text=True, timeout=1800)
+        run = hosts.run(2, [sys.executable, str(Path(__file__).resolve()), "--rank-side",
+                            "--n", args.n, "--dim", str(args.dim),
+                            *(["--backward"] if args.backward else [])], timeout=1800)
     rows = [json.loads(ln[5:]) for ln in run.stdout.splitlines() if ln.startswith("JSON ")]
     if run.returncode or not rows:
         print(run.stdout, run.stderr, file=sys.stderr)

@@ -2,7 +2,7 @@
 
     python benchmarks/ring_timeline.py --n 2048 --runs 2        # as root (network namespaces)
 
-Runs 2 ranks in 2 network namespaces (tests/netns.py, links shaped to 1 Gbit/s, as
+Runs 2 ranks in 2 network namespaces (benchmarks/_netns.py, links shaped to 1 Gbit/s, as
 benchmarks/ring_tcp.py) and, on each rank, times from a barrier: each ``engine.backward`` call
 (``bw``, with its query rows), each wait of the ring's channel, and entering and leaving
 ``Channel.progressing`` (the thread that moves transfers during the compute). The functions are
@@ -15,15 +15,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
-
-HERE = Path(__file__).resolve().parent
 
 
 def rank_main(n: int, runs: int) -> None:
@@ -93,17 +90,15 @@ def main() -> int:
     if args.rank_side:
         rank_main(args.n, args.runs)
         return 0
-    sys.path.insert(0, str(HERE.parent / "tests"))
-    from netns import Hosts, unavailable
+    from _netns import Hosts, unavailable  # this folder's shared launcher
 
     why = unavailable()
     if why:
         print(f"ring_timeline: {why}", file=sys.stderr)
         return 2
     with Hosts(2, rate=None if args.rate == "none" else args.rate) as hosts:
-        run = subprocess.run(hosts.mpirun(2, [sys.executable, __file__, "--rank-side", "--n",
-                                              str(args.n), "--runs", str(args.runs)]),
-                             capture_output=True, text=True, timeout=1800)
+        run = hosts.run(2, [sys.executable, str(Path(__file__).resolve()), "--rank-side",
+                            "--n", str(args.n), "--runs", str(args.runs)], timeout=1800)
     lines = [ln[5:] for ln in run.stdout.splitlines() if ln.startswith("JSON ")]
     if run.returncode or not lines:
         print(run.stdout, run.stderr, file=sys.stderr)

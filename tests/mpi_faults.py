@@ -6,7 +6,7 @@ Rank 0 prints ``OUTCOME <case> <rank> <json>`` for every rank: what its call did
 it raised, and whether a later ring call on the same communicator still gives the right
 answer). ``kill`` and ``stop`` never print: rank 1 SIGKILLs / SIGSTOPs itself in the middle
 of the ring, and the test measures how long the job takes to end. ``cut`` (ranks in network
-namespaces, tests/netns.py) pauses rank 1 mid-ring for 3 s while the test takes its link down.
+namespaces, benchmarks/_netns.py) pauses rank 1 mid-ring for 3 s while the test takes its link down.
 """
 
 from __future__ import annotations

@@ -367,8 +367,8 @@ def test_rank_stopped_mid_ring_aborts_at_the_deadline():
     passes its deadline (timeout=5 s + twice its longest step) and aborts the job, saying why.
 
     Which wait it is depends on how far rank 1's sends got before it stopped: transfers progress
-    during the compute (ring.py, ``_blocks``), so rank 0 may already hold rank 1's shard and be
-    waiting in the closing agreement instead."""
+    during the compute (ring.py, ``_computing``), so rank 0 may already hold rank 1's shard and
+    be waiting in the closing agreement instead."""
     code, seconds, err = _timed_death("stop")
     assert code == 14 and seconds <= 30, (code, seconds, err)
     assert ("rank 0 waited past its deadline for the kv shard from rank 1: that rank is dead"
@@ -413,14 +413,14 @@ def test_ring_layer_shares_parameters_and_refuses_what_it_cannot_do():
 
 
 # --------------------------------------------------------------------------------------------
-# Across hosts on one machine: 2 network namespaces, TCP only (tests/netns.py)
+# Across hosts on one machine: 2 network namespaces, TCP only (benchmarks/_netns.py)
 # --------------------------------------------------------------------------------------------
 def _hosts_or_skip():
-    """tests/netns.py's Hosts, or a skip saying why namespaces cannot be made here."""
-    from netns import Hosts, unavailable
+    """The ring benchmarks' launcher's Hosts (benchmarks/_netns.py: one launcher for both), or
+    a skip saying why namespaces cannot be made here."""
+    sys.path.insert(0, str(HERE.parent / "benchmarks"))
+    from _netns import Hosts, unavailable
 
-    if shutil.which("mpirun") is None:
-        pytest.skip("mpirun not found")
     why = unavailable()
     if why:
         pytest.skip(why)
@@ -435,8 +435,8 @@ def _netns_env() -> dict:
 def _run_in_hosts(hosts, size: int, args: list[str]) -> subprocess.CompletedProcess:
     """mpirun of ``python *args`` with one rank per host; a hang fails with what it printed."""
     try:
-        return subprocess.run(hosts.mpirun(size, [sys.executable, *args]), capture_output=True,
-                              text=True, timeout=60, env=_netns_env(), cwd=HERE.parent)
+        return hosts.run(size, [sys.executable, *args], timeout=60, env=_netns_env(),
+                         cwd=HERE.parent)
     except subprocess.TimeoutExpired as exc:
         pytest.fail(f"mpirun on {size} hosts still ran after 60 s:\n{exc.stdout}\n{exc.stderr}")
 
@@ -477,8 +477,8 @@ def test_ring_over_tcp_between_network_namespaces():
 def test_ring_over_tcp_on_three_and_four_hosts(size):
     """3 and 4 namespaces, one rank each (every hop of the ring crosses TCP): causal forward
     and backward, zigzag and contiguous, equal the engine and the exact result on every rank.
-    (mpi_cases runs the tiled kernel with 8-row tiles, so every step is computed in several
-    query blocks with MPI_Test between them.)"""
+    (mpi_cases runs the tiled kernel with 8-row tiles, so every forward step is several
+    query blocks, computed while the progress thread moves the transfers.)"""
     hosts_cls = _hosts_or_skip()
     with hosts_cls(size) as hosts:
         run = _run_in_hosts(hosts, size, [str(HERE / "mpi_cases.py"), "causal"])
@@ -494,7 +494,7 @@ def test_cut_link_mid_ring_ends_the_job():
     """Rank 1's link taken down (``ip link set … down``) while the ring runs (2 hosts, 1200 ×
     64 zigzag, rank 1 paused mid-step): the job ends within 30 s with a non-zero exit code and a
     message saying a host was lost; no rank prints a result. mpirun notices through its TCP
-    keepalive (tests/netns.py, KEEPALIVE: about 6 s). The ranks' deadline (timeout=10) is set
+    keepalive (benchmarks/_netns.py, KEEPALIVE: about 6 s). The ranks' deadline (timeout=10) is set
     above that window on purpose: a rank that aborts first makes mpirun send to the lost
     daemon, and with data unacknowledged on that connection keepalive no longer applies — the
     job then hung past 90 s (seen with the prebuilt step, whose fast first call made rank 0's

@@ -1,7 +1,11 @@
 """Hosts on one machine: Linux network namespaces joined by a private bridge, for MPI over TCP.
 
     with Hosts(2, rate="1gbit") as hosts:
-        subprocess.run(hosts.mpirun(2, [sys.executable, "-m", "qkv.distributed", "--n", "4096"]))
+        run = hosts.run(2, [sys.executable, "-m", "qkv.distributed", "--n", "4096"], timeout=600)
+
+The one launcher of the ring's TCP runs: benchmarks/ring_tcp.py, benchmarks/ring_timeline.py
+and tests/test_distributed.py (which imports it from here, as tests/test_gpt.py imports its
+torch twin from benchmarks/) — not part of the qkv package, as `qkv ring` never uses it.
 
 Each "host" is a network namespace ``qkv<id>h<i>`` holding one end of a veth pair with the
 private address ``10.231.<x>.<i>/24``; the other ends join a bridge ``qkv<id>br`` in the root
@@ -9,18 +13,27 @@ namespace at ``10.231.<x>.254`` (where mpirun itself runs and its daemons call b
 starts one daemon per host through a launch agent that is ``ip netns exec <host> sh -c``
 instead of ssh, and the ranks talk over TCP only (``--mca btl tcp,self``: no shared memory)
 on that subnet. ``rate`` shapes every host's link with a token bucket (``tc qdisc … tbf``);
-``tc … netem`` (delay) is not in this kernel. Everything is removed on exit, and traffic never
-leaves the namespaces and bridge made here. Needs root (CAP_NET_ADMIN) and iproute2.
+``tc … netem`` (delay) is not in this kernel. Needs root (CAP_NET_ADMIN) and iproute2.
+
+Bounded and contained: at most ``MAX_HOSTS`` namespaces per instance; every ``ip``/``tc``
+call and every run has a timeout; on exit (error and Ctrl-C included) every process left in
+the namespaces is killed and the namespaces, veths and bridge are removed. The subnet is one
+no interface on this machine has (chosen under a lock file, so two runs at once never pick the
+same): traffic stays inside the namespaces and bridge made here.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import signal
 import subprocess
 import tempfile
 from pathlib import Path
+
+MAX_HOSTS = 8  # namespaces per instance (the tests use 2–4, the benchmarks 2)
+SUBNETS = 250  # 10.231.0.0/24 … 10.231.249.0/24
 
 AGENT = """#!/bin/sh
 # ssh-like launch agent for mpirun: $1 is the "host" (a network namespace), the rest a command
@@ -44,6 +57,8 @@ def unavailable() -> str | None:
     """Why namespaces cannot be made here (the failing command and its error), or None."""
     if shutil.which("ip") is None or shutil.which("tc") is None:
         return "iproute2 (ip, tc) not found"
+    if shutil.which("mpirun") is None:
+        return "mpirun not found: apt-get install openmpi-bin libopenmpi-dev"
     if os.geteuid() != 0:
         return "network namespaces need root (CAP_NET_ADMIN)"
     name = f"qkvprobe{os.getpid()}"
@@ -54,25 +69,44 @@ def unavailable() -> str | None:
     return None
 
 
+def _free_subnet() -> int:
+    """``x`` of a ``10.231.<x>.0/24`` that no interface on this machine has an address in."""
+    used = _ip("-4", "-o", "addr", "show").stdout
+    for x in range(SUBNETS):
+        if f" 10.231.{x}." not in used:
+            return x
+    raise RuntimeError(f"no free subnet among 10.231.0–{SUBNETS - 1}.0/24: remove the qkv* "
+                       "bridges and namespaces left by killed runs (ip link, ip netns)")
+
+
 class Hosts:
     """``n`` namespaces on a bridge; a context manager that tears everything down."""
 
     _made = 0  # instances so far in this process
 
     def __init__(self, n: int = 2, rate: str | None = None):
+        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_HOSTS:
+            raise ValueError(f"Hosts(n): n must be an int from 1 to {MAX_HOSTS} (namespaces "
+                             f"to make), got {n!r}")
         self.n, self.rate = n, rate
         # a fresh name per instance: one process never reuses a just-deleted bridge or veth name
         Hosts._made += 1
         ident = (os.getpid() % 10000) * 10 + Hosts._made % 10
         self.prefix = f"qkv{ident}"  # interface names ≤ 15 characters
-        self.subnet = f"10.231.{ident % 250}"
         self.names = [f"{self.prefix}h{i}" for i in range(1, n + 1)]
         self.bridge = f"{self.prefix}br"
-        self.dir = Path(tempfile.mkdtemp(prefix="qkv-netns-"))
+        self.subnet, self.dir = None, None
 
     def __enter__(self) -> Hosts:
         try:
-            self._up()
+            self.dir = Path(tempfile.mkdtemp(prefix="qkv-netns-"))
+            # One instance at a time picks a subnet and puts it on its bridge, so two runs at
+            # once (two test sessions) never share one: the lock is held until the bridge has
+            # its address, which is what the next instance's choice looks at.
+            with open(Path(tempfile.gettempdir()) / "qkv-netns.lock", "w") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                self.subnet = f"10.231.{_free_subnet()}"
+                self._up()
         except BaseException:
             self.__exit__(None, None, None)
             raise
@@ -119,10 +153,13 @@ class Hosts:
             _ip("netns", "del", ns, check=False)  # takes its veth ends with it
             _ip("link", "del", f"{self.prefix}v{i}", check=False)
         _ip("link", "del", self.bridge, check=False)
-        shutil.rmtree(self.dir, ignore_errors=True)
+        if self.dir is not None:
+            shutil.rmtree(self.dir, ignore_errors=True)
 
     def mpirun(self, ranks: int, command: list[str], *, per_host: int = 1) -> list[str]:
         """An mpirun line placing ``per_host`` ranks on each namespace, TCP only."""
+        if self.subnet is None:
+            raise RuntimeError("Hosts.mpirun: enter the Hosts first (with Hosts(n) as hosts:)")
         net = f"{self.subnet}.0/24"
         cmd = ["mpirun", "-n", str(ranks), "--hostfile", str(self.dir / "hostfile"),
                "--map-by", f"ppr:{per_host}:node", "--bind-to", "none",
@@ -144,3 +181,13 @@ class Hosts:
         if os.geteuid() == 0:
             cmd.append("--allow-run-as-root")
         return [*cmd, *command]
+
+    def run(self, ranks: int, command: list[str], *, timeout: float, env: dict | None = None,
+            cwd: str | Path | None = None) -> subprocess.CompletedProcess:
+        """Run ``command`` on ``ranks`` ranks, one per namespace, and return what it printed.
+
+        ``timeout`` (seconds) is required: past it mpirun is killed and
+        ``subprocess.TimeoutExpired`` raised (leaving the ``with`` then ends what still runs in
+        the namespaces)."""
+        return subprocess.run(self.mpirun(ranks, command), capture_output=True, text=True,
+                              timeout=timeout, env=env, cwd=cwd)
