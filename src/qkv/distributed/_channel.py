@@ -222,21 +222,21 @@ class Channel:
         ends. The ring computes every step inside it, forward and backward (ring.py,
         ``_computing``): the one way its transfers progress.
 
-        Why a thread: over TCP, OpenMPI moves a large message (rendezvous: handshake, then fragments
-        through the socket buffers) only inside MPI calls, and an engine call (a ring step: seconds
-        at large shards) makes none; the compute releases the GIL in its GEMMs and compiled steps,
-        so the thread gets to run. (The forward used to call ``MPI_Testall`` itself between blocks
-        of queries instead; with the thread its wait per transfer measured the same:
-        docs/distributed.md, "Transfers that progress during the compute".) Thread safety: the block
-        must make no MPI call itself, and the thread tests only under ``self._lock``, which leaving
-        the block takes — so the thread is the process's only MPI caller while it runs, which
-        ``MPI_THREAD_SERIALIZED`` allows (mpi4py asks for ``MPI_THREAD_MULTIPLE``; OpenMPI 4 grants
-        it). One thread serves the whole call, parked between blocks: a thread started and joined
-        per block cost 1–16 ms per step on the loaded 2-core machine (the caller waiting to be
-        scheduled again after ``start``/``join``), as much as a small step computes. Below
-        ``MPI_THREAD_SERIALIZED`` (``mpi4py.rc.thread_level`` set lower) no thread runs and the
-        transfers move at the next wait; ``polled`` counts the blocks a thread served. An MPI error
-        in the thread is raised when the block ends.
+        Why a thread: over TCP, OpenMPI moves a large message (rendezvous: handshake, then
+        fragments through the socket buffers) only inside MPI calls, and an engine call (a ring
+        step: seconds at large shards) makes none; the compute releases the GIL in its GEMMs and
+        compiled steps, so the thread gets to run. (The forward used to call ``MPI_Testall``
+        itself between blocks of queries instead; beside the thread, in one interleaved run over
+        1 Gbit/s TCP, it waited the same per transfer.) Thread safety: the block must make no
+        MPI call itself, and the thread tests only under ``self._lock``, which leaving the block
+        takes — so the thread is the process's only MPI caller while it runs, which
+        ``MPI_THREAD_SERIALIZED`` allows (mpi4py asks for ``MPI_THREAD_MULTIPLE``; OpenMPI 4
+        grants it). One thread serves the whole call, parked between blocks: a thread started
+        and joined per block cost 1–16 ms per step on the loaded 2-core machine (the caller
+        waiting to be scheduled again after ``start``/``join``), as much as a small step
+        computes. Below ``MPI_THREAD_SERIALIZED`` (``mpi4py.rc.thread_level`` set lower) no
+        thread runs and the transfers move at the next wait; ``polled`` counts the blocks a
+        thread served. An MPI error in the thread is raised when the block ends.
         """
         reqs = [r for r, _ in self.pending]
         if not reqs or not self.can_progress:

@@ -228,10 +228,10 @@ def _blocks(p: Problem, ch: _channel.Channel) -> list[tuple[int, int]]:
     query tiles, one per worker thread (the engine tiles and threads each block as it would the
     whole step); the last step, with nothing in flight, in one piece. Query rows are
     independent, so the blocks change no result. Why blocks, now that a thread moves the
-    transfers (``_computing``): measured over 1 Gbit/s TCP at N = 2048, the forward in blocks
-    waited less per transfer in the tail than in one engine call per step, and no more at
-    N = 8192 (docs/distributed.md, "Transfers that progress during the compute"); each block's
-    partial (out_t, lse_t) is a block's rows, not the shard's.
+    transfers (``_computing``): they are the engine calls the forward made when it polled
+    between them, so its results stay bitwise the same; a block's partial (out_t, lse_t) holds
+    a block's rows, not the shard's; and one engine call per step, tried beside them in one
+    interleaved run over 1 Gbit/s TCP, waited no less per transfer (a longer tail at N = 2048).
     """
     if not ch.pending:  # nothing in flight (the last step): one piece
         return [(0, p.nq)]
