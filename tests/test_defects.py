@@ -225,6 +225,41 @@ def test_integer_inputs_are_promoted_like_numpy_linalg():
 
 
 # ---- threads --------------------------------------------------------------------------------
+def test_the_pool_runs_every_item_once_with_the_caller_as_worker_zero():
+    from qkv.engine import threads
+
+    seen: dict[int, tuple[int, int]] = {}
+    lock = threading.Lock()
+    gate = threading.Barrier(2, timeout=30)  # both threads must take an item before either ends
+
+    def worker(worker_id: int, item: int) -> None:
+        if item < 2:
+            gate.wait()
+        with lock:
+            seen[item] = (worker_id, threading.get_ident())
+
+    threads.run(worker, list(range(40)), 2)
+    assert sorted(seen) == list(range(40))
+    ids = {wid: tid for wid, tid in seen.values()}
+    assert set(ids) == {0, 1} and ids[0] == threading.get_ident() != ids[1]
+
+
+@pytest.mark.parametrize("failing", [0, 1])
+def test_an_error_in_any_worker_reaches_the_caller(failing):
+    from qkv.engine import threads
+
+    gate = threading.Barrier(2, timeout=30)
+
+    def worker(worker_id: int, item: int) -> None:
+        if item < 2:
+            gate.wait()
+        if worker_id == failing:
+            raise RuntimeError(f"item {item} failed on worker {worker_id}")
+
+    with pytest.raises(RuntimeError, match=f"failed on worker {failing}"):
+        threads.run(worker, list(range(10)), 2)
+
+
 @pytest.mark.parametrize("backend", BACKEND_PARAMS)
 def test_concurrent_calls_from_several_threads_agree(backend):
     q, k, v = qkv_f32(2, 4, 700, 32)

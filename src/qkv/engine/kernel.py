@@ -333,17 +333,21 @@ def _forward_tiled_work(p, cfg, step, out, lse, scratch):
     keys = _head_rows(p, "k")
     values = None if out is None else _head_rows(p, "v")
     c = p.compute
+    # float32 and float64 accumulate straight into the output's rows (zeros, C-contiguous):
+    # no accumulator to allocate and copy per item. float16 accumulates in float32.
+    direct = out is not None and p.dtype == c
 
     def worker(worker_id: int, item) -> None:
         b, h, q0, q1 = item
         hk = h // p.group
-        q_scaled = q[b, h, q0:q1].astype(c) * c.type(p.scale)  # (tq, Dk)
+        q_scaled = np.multiply(q[b, h, q0:q1], c.type(p.scale), dtype=c)  # (tq, Dk)
         k_rows = keys(b, hk)
         v_rows = None if values is None else values(b, hk)
         tq = q1 - q0
         m = np.full(tq, -np.inf, dtype=c)  # running max
         row_sum = np.zeros(tq, dtype=c)  # running sum ℓ of exp(s − m)
-        acc = None if out is None else np.zeros((tq, p.dv), dtype=c)  # (tq, Dv)
+        acc = (None if out is None else out_flat[b, h, q0:q1] if direct
+               else np.zeros((tq, p.dv), dtype=c))  # (tq, Dv)
         for r0, r1, k0, k1, kind, block in planner.plan(b, h, q0, q1):
             qi, kj = p.q_pos[q0 + r0: q0 + r1], p.k_pos[k0:k1]
             s = _tile_scores(p, q_scaled[r0:r1], k_rows(k0, k1), b, h, qi, kj,
@@ -357,7 +361,7 @@ def _forward_tiled_work(p, cfg, step, out, lse, scratch):
                 v_tile = v_rows(k0, k1)
                 acc[r0:r1] += _dot(s.T, v_tile, _bad_rows(p, v_tile))
         lse_flat[b, h, q0:q1] = _finish(m, row_sum, acc)
-        if acc is not None:
+        if acc is not None and not direct:
             out_flat[b, h, q0:q1] = acc
 
     if _decode_group(p):
@@ -444,6 +448,12 @@ def _finish(m: np.ndarray, row_sum: np.ndarray, acc: np.ndarray | None) -> np.nd
     """out = acc / ℓ in place and lse = m + log ℓ; rows with ℓ = 0 had no key: 0 and −inf.
     ``m`` and ``row_sum`` have one entry per query, ``acc`` one row per query."""
     has_keys = row_sum != 0  # NaN (the caller's NaN score, check_finite=False) stays NaN
+    if has_keys.all():  # every row saw a key (no mask, say): no where= passes, no fix-up
+        lse = np.log(row_sum)
+        lse += m
+        if acc is not None:
+            acc /= row_sum[..., None]
+        return lse
     lse = np.full_like(m, -np.inf)
     np.add(m, np.log(row_sum, where=has_keys, out=np.zeros_like(row_sum)), out=lse,
            where=has_keys)

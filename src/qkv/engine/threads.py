@@ -70,7 +70,8 @@ def single_threaded_blas():
 
 def run(worker: Callable[[int, object], None], items: Sequence, workers: int, *,
         hold_blas: bool = True) -> None:
-    """Call ``worker(worker_id, item)`` for every item, on up to ``workers`` threads.
+    """Call ``worker(worker_id, item)`` for every item, on up to ``workers`` threads: the
+    caller's own (worker 0) and ``workers − 1`` of the pool.
 
     Items are handed out in order from a shared queue, so put the costliest first. ``worker_id``
     lets a worker keep private scratch buffers. Exceptions propagate to the caller (the first one
@@ -106,8 +107,22 @@ def run(worker: Callable[[int, object], None], items: Sequence, workers: int, *,
         finally:
             _local.inside = False
 
-    pool = _get_pool(workers)
+    # The caller is worker 0 and the pool lends workers − 1 helpers: one thread fewer to wake,
+    # and the caller, already running, starts on the first item at once (measured on a loaded
+    # 2-vCPU machine, N=512: a sleeping pool thread took 0.15–7 ms to start its first item, the
+    # caller 0.1–0.15 ms). A helper that has not started when the items run out is cancelled.
+    pool = _get_pool(workers - 1)
     with single_threaded_blas():
-        futures = [pool.submit(drain, i) for i in range(workers)]
-        for f in futures:
-            f.result()
+        helpers = [pool.submit(drain, i) for i in range(1, workers)]
+        error = None
+        try:
+            drain(0)
+        except BaseException as exc:  # the helpers still hold items: wait for them first
+            error = exc
+        for f in helpers:
+            if f.cancel():  # never started (the pool busy with another caller): nothing left
+                continue
+            exc = f.exception()
+            error = error or exc
+        if error is not None:
+            raise error
