@@ -14,31 +14,23 @@ pytest.importorskip("jupyterlab")
 
 import qkv
 from widget_pages import (
-    SEED_K,
-    SEED_V,
+    JUPYTER_CELLS,
     browser_page,
+    cell_widget,
+    check_kernel_state,
     click_mask_cell_and_check,
     drag_key_and_check,
     free_port,
     ipynb,
     jupyter_args,
     needs_chromium,
+    press_arrow_and_check,
+    run_cell,
     server,
     shown,
-    shows,
     until,
-    vector_input,
     weights,
 )
-
-CELLS = [
-    "import json\nfrom qkv.widgets import MaskEditor, Vectors\nw = Vectors()\nw",
-    'm = MaskEditor("a b c d", presets=[{"kind": "causal"}])\nm',
-    'print("STATE" + json.dumps({"q": w.state["q"], "k": w.state["k"], '
-    '"answer": w.answers["/api/trace"], "overrides": m.state["overrides"], '
-    '"mask": m.answers["/api/mask"]}))',
-    'from qkv.widgets import ModelHeads\nh = ModelHeads("The cat sat.")\nh',
-]
 
 pytestmark = [pytest.mark.slow, needs_chromium]
 
@@ -47,7 +39,7 @@ pytestmark = [pytest.mark.slow, needs_chromium]
 def lab(tmp_path_factory):
     """A JupyterLab on loopback, no token, in a temporary folder holding the test notebook."""
     root = tmp_path_factory.mktemp("lab")
-    (root / "widgets.ipynb").write_text(json.dumps(ipynb(CELLS)))
+    (root / "widgets.ipynb").write_text(json.dumps(ipynb(JUPYTER_CELLS)))
     port = free_port()
     with server(["jupyter", "lab", *jupyter_args(root), "--port", str(port),
                  "--LabApp.news_url=",
@@ -65,54 +57,24 @@ def page(lab):
         yield pg
 
 
-def run_cell(page, n: int) -> None:
-    """Run the notebook's cell n (JupyterLab and Notebook 7 share the notebook's markup)."""
-    cell = page.locator(".jp-Notebook .jp-Cell").nth(n)
-    cell.locator(".jp-InputArea-prompt").click()  # select the cell (command mode)
-    page.keyboard.press("Shift+Enter")
-
-
-def kernel_state(page) -> dict:
-    """What the STATE cell (CELLS[2]) printed: the kernel's own view of the widgets."""
-    run_cell(page, 2)
-    output = page.locator(".jp-OutputArea-output pre", has_text="STATE")
-    output.wait_for()
-    return json.loads(output.text_content().strip().removeprefix("STATE"))
-
-
 def test_vectors_and_mask_widgets_compute_in_the_kernel(page):
     run_cell(page, 0)
-    vectors = page.locator(".qkv-widget").nth(0)
+    vectors = cell_widget(page, 0)
     key, _ = drag_key_and_check(page, vectors)
 
     # the keyboard: ↓ on the focused query head moves q0 by 0.05; keys typed in the widget do
     # not reach JupyterLab's shortcuts ("a" would insert a cell, ↓ move the active cell)
-    vectors.get_by_test_id("handle-query-0").focus()
-    active = page.locator(".jp-Cell.jp-mod-active").get_attribute("data-windowed-list-index")
-    page.keyboard.press("a")
-    page.keyboard.press("ArrowDown")
-    query = [1.0, -0.05]
-    trace = qkv.explain([query], [SEED_K[0], key, SEED_K[2]], SEED_V)
-    until(lambda: shows(vectors, trace.weights), "the weights after the arrow key")
-    assert vector_input(vectors, "query-input-0") == query
-    assert vectors.get_by_test_id("query-input-0").input_value() == "1, -0.05"
+    query, trace = press_arrow_and_check(page, vectors, key)
     assert page.locator(".jp-Cell.jp-mod-active").get_attribute("data-windowed-list-index") \
-        == active == "0"  # focusing the widget made its own cell, 0, the active one
-    assert page.locator(".jp-Notebook .jp-Cell").count() == len(CELLS)
+        == "0"  # focusing the widget made its own cell, 0, the active one; ↓ did not move it
+    assert page.locator(".jp-Notebook .jp-Cell").count() == len(JUPYTER_CELLS)
 
     # the mask editor: causal over 4 tokens; clicking (0, 1) allows it (| qkv.allow)
     run_cell(page, 1)
-    clicked = click_mask_cell_and_check(page.locator(".qkv-widget").nth(1))
+    clicked = click_mask_cell_and_check(cell_widget(page, 1))
 
-    # the kernel's own state: the dragged key, its answer, the clicked cell
-    kernel = kernel_state(page)
-    assert kernel["k"][1] == key and kernel["q"] == [query]
-    request, answer = kernel["answer"]
-    assert request["keys"][1] == key and request["queries"] == [query]
-    np.testing.assert_array_equal(np.asarray(answer["trace"]["weights"]), trace.weights)
-    assert kernel["overrides"] == [{"i": 0, "j": 1, "allowed": True}]
-    np.testing.assert_array_equal(np.asarray(kernel["mask"][1]["trace"]["weights"]),
-                                  clicked.weights)
+    # the kernel's own state: the dragged key, the moved query, their answer, the clicked cell
+    check_kernel_state(page, query, key, trace, clicked)
 
 
 def test_model_heads_widget_and_its_neuron_view(page):
@@ -123,7 +85,7 @@ def test_model_heads_widget_and_its_neuron_view(page):
     except ModelUnavailable as exc:
         pytest.skip(str(exc))
     run_cell(page, 3)
-    heads = page.locator(".jp-Notebook .jp-Cell").nth(3).locator(".qkv-widget")
+    heads = cell_widget(page, 3)
     heads.get_by_test_id("heat-row-2").wait_for()
     tokens, heads_weights = minilm.attentions("The cat sat.")
     n = len(tokens)
