@@ -23,6 +23,7 @@ from widget_pages import (
     free_port,
     ipynb,
     jupyter_args,
+    kernel_state,
     needs_chromium,
     press_arrow_and_check,
     run_cell,
@@ -74,7 +75,7 @@ def test_vectors_and_mask_widgets_compute_in_the_kernel(page):
     clicked = click_mask_cell_and_check(cell_widget(page, 1))
 
     # the kernel's own state: the dragged key, the moved query, their answer, the clicked cell
-    check_kernel_state(page, query, key, trace, clicked)
+    check_kernel_state(kernel_state(page), query, key, trace, clicked)
 
 
 def test_model_heads_widget_and_its_neuron_view(page):

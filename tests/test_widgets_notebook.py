@@ -23,6 +23,7 @@ from widget_pages import (
     free_port,
     ipynb,
     jupyter_args,
+    kernel_state,
     needs_chromium,
     press_arrow_and_check,
     run_cell,
@@ -64,4 +65,4 @@ def test_vectors_and_mask_widgets_in_notebook_7(page):
 
     run_cell(page, 1)
     clicked = click_mask_cell_and_check(cell_widget(page, 1))
-    check_kernel_state(page, query, key, trace, clicked)
+    check_kernel_state(kernel_state(page), query, key, trace, clicked)

@@ -175,12 +175,11 @@ def kernel_state(page) -> dict:
     return json.loads(output.text_content().strip().removeprefix("STATE"))
 
 
-def check_kernel_state(page, query: list[float], key: list[float], trace: qkv.Trace,
+def check_kernel_state(kernel: dict, query: list[float], key: list[float], trace: qkv.Trace,
                        clicked: qkv.Trace) -> None:
-    """The kernel's own state (JUPYTER_CELLS[2]) after the gestures: the Vectors widget has q0
-    ``query`` and k1 ``key`` and its last answer is ``trace``; the MaskEditor has cell (0, 1)
-    clicked and its last answer is ``clicked``."""
-    kernel = kernel_state(page)
+    """The kernel's own state after the gestures (``kernel`` as JUPYTER_CELLS[2] prints it): the
+    Vectors widget has q0 ``query`` and k1 ``key`` and its last answer is ``trace``; the
+    MaskEditor has cell (0, 1) clicked and its last answer is ``clicked``."""
     assert kernel["k"][1] == key and kernel["q"] == [query]
     request, answer = kernel["answer"]
     assert request["keys"][1] == key and request["queries"] == [query]
