@@ -1,14 +1,17 @@
 """What the notebook widgets' browser tests share (tests/test_widgets_lab.py, _notebook.py,
 _marimo.py): a notebook server on loopback, Chromium on one of its pages with every request off
-loopback blocked, and the widgets' gestures — drag the seed's key k1, click a mask cell — each
-checked against ``qkv.explain``.
+loopback blocked, and the widgets' gestures — drag the seed's key k1, move q0 with ↓, click a
+mask cell — each checked against ``qkv.explain``.
 
 - :func:`server`: a notebook server (JupyterLab, Notebook 7, marimo) started in a temporary
   folder, its kernel importing the qkv under test; yields its URL once ``ready`` answers.
 - :func:`browser_page`: Chromium (Debian's /usr/bin/chromium, never ``playwright install``) on a
   URL; on exit, asserts that no request or websocket left loopback and that the page threw nothing.
-- :func:`drag_key_and_check`, :func:`click_mask_cell_and_check`: the gestures and their checks on
-  a ``.qkv-widget`` element, whichever front end drew it.
+- :func:`drag_key_and_check`, :func:`press_arrow_and_check`, :func:`click_mask_cell_and_check`:
+  the gestures and their checks on a ``.qkv-widget`` element, whichever front end drew it;
+  :func:`check_kernel_state`: the kernel's own state after them.
+- Jupyter only (JupyterLab, Notebook 7 share the notebook's markup): :data:`JUPYTER_CELLS`,
+  :func:`run_cell`, :func:`cell_widget`, :func:`kernel_state`.
 """
 
 from __future__ import annotations
