@@ -63,6 +63,23 @@ def scoped_css(css: str) -> str:
     return ".qkv-widget {\n" + css.replace(":root", "&") + "\n}\n"
 
 
+# Form controls drawn as the browser draws them. The explorer's page keeps the browser's own look
+# for fields and buttons; a host may reset it inside the widget (marimo puts its Tailwind
+# preflight — no border, a transparent background — into the widget's shadow root), which leaves
+# the views' fields and buttons invisible. Placed before the explorer's rules, so any rule of
+# theirs that styles a control wins.
+CONTROLS_CSS = """\
+input:not([type="checkbox"], [type="radio"], [type="range"]), select, textarea {
+  border: 1px solid ButtonBorder; border-radius: 2px; padding: 1px 2px;
+  background: Field; color: FieldText;
+}
+button {
+  border: 1px solid ButtonBorder; border-radius: 3px; padding: 1px 6px;
+  background: ButtonFace; color: ButtonText;
+}
+"""
+
+
 @cache
 def front_end() -> tuple[str, str]:
     """(the single ES module, its CSS), built once per process from the package's files."""
@@ -71,7 +88,7 @@ def front_end() -> tuple[str, str]:
     if missing:
         raise RuntimeError(f"qkv.widgets: the explorer's index.html has no section for {missing}")
     esm = single_esm(ENTRY, {"sections": {v: found[v] for v in VIEWS}})
-    return esm, scoped_css(_static("style.css"))
+    return esm, scoped_css(CONTROLS_CSS + _static("style.css"))
 
 
 _models: ModelService | None = None

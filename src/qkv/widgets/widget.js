@@ -53,8 +53,14 @@ export async function render({ model: widgetModel, el, data }) {
   }
   const root = document.createElement("div");
   root.className = "qkv-widget";
-  // Keys typed in the widget stay in it: JupyterLab's shortcuts (e.g. "a", insert a cell) listen
-  // to keys bubbling up to the document, and the views' own handlers have run by then.
+  // Keys typed in the widget stay in it. Jupyter's shortcuts (e.g. "a", insert a cell; ↓, next
+  // cell) are Lumino key bindings heard on the document. JupyterLab hears keys bubbling up, so
+  // they stop at this root (the views' own handlers have run by then); Notebook 7 hears them in
+  // the capture phase, before the widget does, and then Lumino skips a key whose target carries
+  // data-lm-suppress-shortcuts — so whatever takes focus in the widget is marked with it.
+  root.addEventListener("focusin", (event) => {
+    event.target.setAttribute("data-lm-suppress-shortcuts", "true");
+  });
   root.addEventListener("keydown", (event) => event.stopPropagation());
   root.innerHTML = '<div id="error" class="error" role="alert" data-testid="error" hidden></div>'
     + '<div id="announce" class="sr-only" aria-live="polite" data-testid="announce"></div>'
