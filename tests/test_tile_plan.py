@@ -18,16 +18,18 @@ from test_masks import MASKS
 @settings(max_examples=150, deadline=None)
 @given(name=st.sampled_from(sorted(MASKS)), nq=st.integers(1, 40), nk=st.integers(1, 40),
        seed=st.integers(0, 2**32 - 1), tq=st.integers(1, 9), tk=st.integers(1, 9),
-       merge=st.integers(1, 20), split_min=st.integers(1, 8))
+       merge=st.integers(1, 20), split_min=st.integers(1, 8), aligned=st.booleans())
 def test_the_plan_covers_every_pair_once_with_its_true_kind(name, nq, nk, seed, tq, tk, merge,
-                                                            split_min):
+                                                            split_min, aligned):
     mask = MASKS[name](nq, nk, np.random.default_rng(seed))
     bound = mask.bind(Layout((2,), 1, nq, nk))
     dense = np.broadcast_to(bound.dense(np.arange(nq), np.arange(nk)), (2, 1, nq, nk))
     stats = TileStats()
     with kernel_config(tile_q=tq, tile_k=tk, split_min=split_min, stats=stats) as cfg:
-        plan = TilePlan(bound, np.arange(nq), np.arange(nk), cfg, tk, merge)
-        width = max(tk, merge)
+        # aligned: as the backward plans (merge_k = align = tile_k), else as the forward
+        plan = TilePlan(bound, np.arange(nq), np.arange(nk), cfg, tk,
+                        *((tk, tk) if aligned else (merge, None)))
+        width = tk if aligned else max(tk, merge)
         for b in range(2):
             seen = np.zeros((nq, nk), dtype=int)
             for q0, q1 in blocks(nq, tq):
@@ -35,12 +37,10 @@ def test_the_plan_covers_every_pair_once_with_its_true_kind(name, nq, nk, seed, 
                     assert 0 <= r0 < r1 <= q1 - q0 and 0 <= k0 < k1 <= nk
                     seen[q0 + r0: q0 + r1, k0:k1] += 1
                     want = dense[b, 0, q0 + r0: q0 + r1, k0:k1]
+                    if aligned:  # within one backward work item's keys
+                        assert k0 // tk == (k1 - 1) // tk
                     if kind == FULL:
-                        assert want.all()
-                        # within one cell, or a merged run of at most `width` keys within one
-                        # multiple of it (so a backward item of `width` = tile_k keys owns it)
-                        assert k0 // tk == (k1 - 1) // tk or (
-                            k1 - k0 <= width and k0 // width == (k1 - 1) // width)
+                        assert want.all() and k1 - k0 <= width
                     else:
                         assert kind == PARTIAL and k1 - k0 <= tk
                         np.testing.assert_array_equal(np.broadcast_to(block(), want.shape), want)

@@ -41,10 +41,11 @@ __all__ = ["backward", "forward", "forward_pages", "has_work", "weights"]
 BLAS_HOLD_MIN = 1 << 20
 
 
-def _plan(p: Problem, cfg: KernelConfig, tile_k: int, merge_k: int) -> TilePlan:
+def _plan(p: Problem, cfg: KernelConfig, tile_k: int, merge_k: int,
+          align: int | None = None) -> TilePlan:
     """The plan of this problem's tiles: cells of ``tile_k`` keys, FULL runs merged up to
-    ``merge_k`` keys (see :class:`.tiles.TilePlan`)."""
-    return TilePlan(p.mask, p.q_pos, p.k_pos, cfg, tile_k, merge_k)
+    ``merge_k`` keys, never across a multiple of ``align`` (see :class:`.tiles.TilePlan`)."""
+    return TilePlan(p.mask, p.q_pos, p.k_pos, cfg, tile_k, merge_k, align)
 
 
 def has_work(p: Problem) -> bool:
@@ -720,8 +721,8 @@ def _backward_tiled(p, cfg, step, delta, lse_f, dout_f, deterministic=False, dbi
     sum_parts: dict[int, np.ndarray] = {}  # per worker: Σ_j P, Σ_j dS per row (see backward)
     q, k, v = p.flat(p.q), _in_compute(p, p.k), _in_compute(p, p.v)
     q_blocks = blocks(p.nq, cfg.tile_q)
-    # Merged FULL runs stay within one work item's keys (merge_k = its tile_k).
-    planner = _plan(p, cfg, cfg.tile_k, cfg.tile_k)
+    # Merged tiles stay within one work item's keys.
+    planner = _plan(p, cfg, cfg.tile_k, cfg.tile_k, align=cfg.tile_k)
     items = [(b, hk, k0, k1) for b in range(p.batch_size) for hk in range(p.hkv)
              for k0, k1 in blocks(p.nk, cfg.tile_k)]
 

@@ -202,17 +202,23 @@ class TilePlan:
        keep a split only if some part of it came out EMPTY or FULL: a causal diagonal's
        256 × 256 square becomes two 128 × 128 PARTIAL triangles' squares, one FULL square and
        one skipped; a band's edges likewise;
-    3. merge each run of FULL tiles of the same rows into key tiles of up to ``merge_k`` keys
-       that never cross a multiple of ``merge_k`` (so a backward work item of ``merge_k`` keys
-       owns the tiles of its keys whole): the keys left of a causal diagonal are one or a few
-       wide GEMMs, as without a mask.
+    3. merge consecutive tiles of the same rows: FULL ones into key tiles of up to ``merge_k``
+       keys (the keys left of a causal diagonal are one or a few wide GEMMs, as without a
+       mask), and runs holding a PARTIAL one into PARTIAL tiles of up to ``tile_k`` keys (one
+       block of the mask for them all: a band's edge is one tile per half of the rows, not
+       three) — never across a multiple of ``align`` if given (a backward work item's keys, so
+       that it owns the tiles of its keys whole).
     """
 
+    merge_partial = True
+
     def __init__(self, mask: BoundMask | None, q_pos: np.ndarray, k_pos: np.ndarray,
-                 cfg: KernelConfig, tile_k: int, merge_k: int | None = None):
+                 cfg: KernelConfig, tile_k: int, merge_k: int | None = None,
+                 align: int | None = None):
         self.mask, self.q_pos, self.k_pos, self.cfg = mask, q_pos, k_pos, cfg
-        self.cells = blocks(len(k_pos), tile_k)
+        self.cells, self.tile_k = blocks(len(k_pos), tile_k), tile_k
         self.merge_k = max(tile_k, merge_k or tile_k)
+        self.align = align
         self.split = mask is not None and mask.cheap
         self._cache: dict = {}
         self._lock = threading.Lock()
@@ -245,7 +251,7 @@ class TilePlan:
         leaves: list[Tile] = []
         for k0, k1 in self.cells:
             leaves += self._visit(b, h, q0, 0, q1 - q0, k0, k1)
-        return self._merged(leaves)
+        return self._merged(b, h, q0, leaves)
 
     def _visit(self, b, h, q0, r0, r1, k0, k1) -> list[Tile]:
         """The leaves of one tile: itself, or its halves' leaves when that skips work."""
@@ -266,22 +272,28 @@ class TilePlan:
         # smaller GEMMs for no saving. Keep the tile whole then.
         return parts if any(t[4] != PARTIAL for t in parts) else whole
 
-    def _merged(self, leaves: list[Tile]) -> list[Tile]:
-        """Runs of FULL leaves of the same rows merged (see the class doc), in order of keys."""
-        width = self.merge_k
+    def _merged(self, b: int, h: int, q0: int, leaves: list[Tile]) -> list[Tile]:
+        """Consecutive non-EMPTY leaves of the same rows merged, in order of keys (class doc)."""
+        width, align = self.merge_k, self.align or len(self.k_pos) or 1
         out: list[list] = []
-        runs: dict[tuple[int, int], list] = {}  # (r0, r1) → its last FULL tile, still open
+        runs: dict[tuple[int, int], list] = {}  # (r0, r1) → its last tile, still open
         for r0, r1, k0, k1, kind, block in sorted(leaves, key=lambda t: (t[2], t[0])):
-            run = runs.get((r0, r1)) if kind == FULL else None
-            if run is not None and run[3] == k0 and run[2] // width == (k1 - 1) // width:
-                run[3] = k1  # extends the run: same rows, adjacent keys, same merge_k block
-                continue
+            run = runs.get((r0, r1)) if kind != EMPTY else None
+            if run is not None and run[3] == k0 and run[2] // align == (k1 - 1) // align:
+                full = run[4] == FULL and kind == FULL
+                if k1 - run[2] <= (width if full else self.tile_k) and (full or self.merge_partial):
+                    run[3], run[4] = k1, (FULL if full else None)  # None: classify again
+                    continue
             tile = [r0, r1, k0, k1, kind, block]
             out.append(tile)
-            if kind == FULL:
-                runs[(r0, r1)] = tile
-            else:
+            if kind == EMPTY:
                 runs.pop((r0, r1), None)
+            else:
+                runs[(r0, r1)] = tile
+        for tile in out:
+            if tile[4] is None:  # a PARTIAL run: one block of the mask for all its keys
+                r0, r1, k0, k1 = tile[:4]
+                tile[4:] = self.mask.tile(self.q_pos[q0 + r0: q0 + r1], self.k_pos[k0:k1], b, h)
         return [tuple(t) for t in out]
 
 
