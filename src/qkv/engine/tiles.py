@@ -210,8 +210,6 @@ class TilePlan:
        that it owns the tiles of its keys whole).
     """
 
-    merge_partial = True
-
     def __init__(self, mask: BoundMask | None, q_pos: np.ndarray, k_pos: np.ndarray,
                  cfg: KernelConfig, tile_k: int, merge_k: int | None = None,
                  align: int | None = None):
@@ -281,7 +279,7 @@ class TilePlan:
             run = runs.get((r0, r1)) if kind != EMPTY else None
             if run is not None and run[3] == k0 and run[2] // align == (k1 - 1) // align:
                 full = run[4] == FULL and kind == FULL
-                if k1 - run[2] <= (width if full else self.tile_k) and (full or self.merge_partial):
+                if k1 - run[2] <= (width if full else self.tile_k):
                     run[3], run[4] = k1, (FULL if full else None)  # None: classify again
                     continue
             tile = [r0, r1, k0, k1, kind, block]
