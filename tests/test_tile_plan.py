@@ -115,9 +115,13 @@ def test_split_and_merged_tiles_stay_exact_and_ignore_garbage_in_masked_slots(ba
         dout = rng.standard_normal(out.shape).astype(dtype)
         grads = qkv.attention_backward(q, dirty_k, dirty_v, out, lse, dout, mask=mask,
                                        check_finite=False)
+        weights = qkv.attention_weights(q, dirty_k, mask=mask, check_finite=False)
     assert stats.tiles["partial"] and stats.tiles["full"] and stats.tiles["empty"]
     np.testing.assert_allclose(out, reference.attention(q, k, v, mask=mask),
                                atol=output_atol(q, k, v), rtol=0)
+    want = reference.attention_weights(q, k, mask=mask)
+    np.testing.assert_allclose(weights, want, atol=output_atol(q, k, np.ones(1, dtype)), rtol=0)
+    assert not weights[1, :, :, 437:].any()
     expected = reference.attention_backward(q, k, v, dout, mask=mask)
     for grad, ref, atol in zip(grads, expected, grad_atols(q, k, v, dout), strict=True):
         assert np.isfinite(grad).all()
