@@ -41,10 +41,13 @@ def test_kernel_config_is_scoped_and_checked():
 def test_stats_count_paths_and_tiles():
     stats = engine.TileStats()
     x = np.random.default_rng(0).standard_normal((300, 8)).astype(np.float32)
-    with engine.kernel_config(stats=stats, tile_q=100, tile_k=100, small=0, backend="numpy"):
+    with engine.kernel_config(stats=stats, tile_q=100, tile_k=100, tile_k_unmasked=100,
+                              small=0, backend="numpy"):
         qkv.attention(x, x, x, mask=qkv.causal())
     assert stats.paths == {"tiled numpy": 1}
     assert stats.computed == 6 and stats.skipped == 3  # 3×3 tiles, the upper triangle skipped
+    assert stats.pairs == {"full": 30000, "partial": 30000, "empty": 30000}
+    assert stats.work_fraction == 2 / 3
 
 
 def test_block_map_is_the_kernels_classification():

@@ -86,6 +86,10 @@ MASKS = {
                                                rng.integers(0, nq + 1, 2)),
     "documents": lambda nq, nk, rng: qkv.documents(np.sort(rng.integers(0, 3, (2, nq))),
                                                    np.sort(rng.integers(0, 3, (2, nk)))),
+    # ids out of order in one sequence of the two: the tile reads their min and max
+    "documents unordered": lambda nq, nk, rng: qkv.documents(
+        np.stack([np.sort(rng.integers(0, 3, nq)), rng.integers(0, 3, nq)]),
+        np.stack([rng.integers(0, 3, nk), np.sort(rng.integers(0, 3, nk))])),
     "allow": lambda nq, nk, rng: qkv.allow(rng.random((nq, nk)) < 0.7),
     "predicate": lambda nq, nk, rng: qkv.predicate(lambda i, j: j <= 2 * i),
     "and": lambda nq, nk, rng: qkv.causal() & qkv.window(3),

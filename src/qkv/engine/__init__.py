@@ -8,7 +8,8 @@ Modules, imports flowing downward only::
     paged       attention through a paged KV cache's block table (per-sequence lengths)
     kernel      the tiled loops: forward, weights, backward (FlashAttention-2)
     step/       the tile step: online softmax, probabilities, softmax grad (NumPy | compiled)
-    tiles       KernelConfig (tile sizes, backend, threads), kernel_config(), TileStats
+    tiles       KernelConfig (tile sizes, backend, threads), kernel_config(), TileStats, the
+                tile plan (TilePlan: split partial tiles, merged runs), work_fraction
     problem     argument checking: prepare() → Problem
     masks/      mask rules, bound masks, tile classification, block_map
     bias        dense biases, ALiBi
@@ -19,8 +20,8 @@ Modules, imports flowing downward only::
 The small internal surface for packages above the engine (ring attention, benchmarks, tests)
 is what this module exports: :func:`prepare` (with ``positions=`` for shards), :func:`forward`,
 :func:`backward`, :func:`has_work`, :func:`merge`, :func:`kernel_config` / :class:`KernelConfig`
-and :class:`TileStats`, :func:`block_map`, :func:`backend`. Nothing above the engine needs a
-private name.
+and :class:`TileStats`, :func:`block_map`, :func:`work_fraction`, :func:`backend`. Nothing above
+the engine needs a private name.
 """
 
 import numpy as np
@@ -32,7 +33,7 @@ from .masks import block_map
 from .merge import merge
 from .problem import Problem, as_array, check_like, prepare
 from .shapes import unbroadcast
-from .tiles import KernelConfig, TileStats, blocks, current, has_numba, kernel_config
+from .tiles import KernelConfig, TileStats, blocks, current, has_numba, kernel_config, work_fraction
 from .trace import Trace, explain
 
 __all__ = [
@@ -62,6 +63,7 @@ __all__ = [
     "prepare",
     "unbroadcast",
     "weights",
+    "work_fraction",
 ]
 
 

@@ -15,24 +15,24 @@ for why). The element-wise half of each tile is the *tile step*
 backward (weights recomputed from lse), ``attention_weights``, small problems (all heads at
 once, as one batch of rows) and ring attention (which calls :func:`forward` per kv shard).
 
-Tiles are planned before they are touched (:class:`_Planner`): the bound mask classifies each
-as EMPTY (skipped), FULL (no mask arithmetic) or PARTIAL (its block applied), once per batch
-element and head only if the mask depends on them.
+Tiles are planned before they are touched (:class:`.tiles.TilePlan`): the bound mask classifies
+each as EMPTY (skipped), FULL (no mask arithmetic) or PARTIAL (its block applied), once per batch
+element and head only if the mask depends on them; partial tiles split where that skips work,
+and runs of FULL tiles merge into wider ones.
 """
 
 from __future__ import annotations
 
 import functools
-import threading
 
 import numpy as np
 
 from . import dropout as dropout_rule
 from . import step as steps
 from . import threads
-from .masks import EMPTY, FULL, PARTIAL
+from .masks import EMPTY, PARTIAL
 from .problem import Problem
-from .tiles import KernelConfig, blocks, current
+from .tiles import KernelConfig, TilePlan, blocks, current
 
 __all__ = ["backward", "forward", "forward_pages", "has_work", "weights"]
 
@@ -41,60 +41,11 @@ __all__ = ["backward", "forward", "forward_pages", "has_work", "weights"]
 BLAS_HOLD_MIN = 1 << 20
 
 
-# --------------------------------------------------------------------------------------------
-# Planning: which tiles, of which kind
-# --------------------------------------------------------------------------------------------
-class _Planner:
-    """The tiles of one call: ``plan(b, h, q0, q1)`` lists ``(r0, r1, k0, k1, kind, block)``
-    for query rows q0:q1 (r0:r1 relative to q0) — non-EMPTY tiles only, PARTIAL ones split
-    into quadrants down to ``split_min`` when the mask classifies from ranges cheaply."""
-
-    def __init__(self, p: Problem, cfg: KernelConfig, tile_k: int):
-        self.p, self.cfg, self.tile_k = p, cfg, tile_k
-        self.k_blocks = blocks(p.nk, tile_k)
-        mask = p.mask
-        self.split = mask is not None and mask.cheap
-        self._cache: dict = {}
-        self._lock = threading.Lock()
-
-    def _key(self, b: int, h: int, q0: int, q1: int):
-        mask = self.p.mask
-        return (b if mask.batch_dependent else 0, h if mask.head_dependent else 0, q0, q1)
-
-    def plan(self, b: int, h: int, q0: int, q1: int, keys: tuple[int, int] | None = None):
-        """The tiles of query rows q0:q1 (of keys ``keys[0]:keys[1]`` only, if given)."""
-        p, stats = self.p, self.cfg.stats
-        if p.mask is None:
-            tiles = [(0, q1 - q0, k0, k1, FULL, None) for k0, k1 in self.k_blocks]
-        else:
-            key = self._key(b, h, q0, q1)
-            with self._lock:
-                tiles = self._cache.get(key)
-            if tiles is None:
-                tiles = []
-                for k0, k1 in self.k_blocks:
-                    self._visit(b, h, q0, 0, q1 - q0, k0, k1, tiles)
-                with self._lock:
-                    self._cache[key] = tiles
-        if keys is not None:
-            tiles = [t for t in tiles if keys[0] <= t[2] and t[3] <= keys[1]]
-        if stats is not None:
-            for *_, kind, _ in tiles:
-                stats.add_tile(kind)
-        return [t for t in tiles if t[4] != EMPTY]
-
-    def _visit(self, b, h, q0, r0, r1, k0, k1, out) -> None:
-        p = self.p
-        kind, block = p.mask.tile(p.q_pos[q0 + r0: q0 + r1], p.k_pos[k0:k1], b, h)
-        if kind == PARTIAL and self.split and min(r1 - r0, k1 - k0) > self.cfg.split_min:
-            # A partial tile (e.g. on the causal diagonal) splits into quadrants, so that its
-            # empty quarters are skipped and its full ones need no mask arithmetic.
-            rm, km = (r0 + r1) // 2, (k0 + k1) // 2
-            for rows in ((r0, rm), (rm, r1)):
-                for keys in ((k0, km), (km, k1)):
-                    self._visit(b, h, q0, *rows, *keys, out)
-            return
-        out.append((r0, r1, k0, k1, kind, block))
+def _plan(p: Problem, cfg: KernelConfig, tile_k: int, merge_k: int,
+          align: int | None = None) -> TilePlan:
+    """The plan of this problem's tiles: cells of ``tile_k`` keys, FULL runs merged up to
+    ``merge_k`` keys, never across a multiple of ``align`` (see :class:`.tiles.TilePlan`)."""
+    return TilePlan(p.mask, p.q_pos, p.k_pos, cfg, tile_k, merge_k, align)
 
 
 def has_work(p: Problem) -> bool:
@@ -322,7 +273,8 @@ def _forward_tiled_work(p, cfg, step, out, lse, scratch):
     """The tiled forward's work items (b, h, q0, q1) and the worker that computes one."""
     # A stacked decode step's tiles are one query row: a partial tile costs it little, so it
     # takes the unmasked key tile (1024), half the tiles and gathers of the masked one.
-    planner = _Planner(p, cfg, cfg.key_tile(p.mask is not None and not _decode_group(p)))
+    planner = _plan(p, cfg, cfg.key_tile(p.mask is not None and not _decode_group(p)),
+                    cfg.key_tile(False))
     # One work item per (batch element, query head, query tile); later query tiles first, as
     # under a causal mask they see the most keys and the pool should start on them.
     items = [(b, h, q0, q1) for q0, q1 in reversed(blocks(p.nq, cfg.tile_q))
@@ -348,7 +300,7 @@ def _forward_tiled_work(p, cfg, step, out, lse, scratch):
         row_sum = np.zeros(tq, dtype=c)  # running sum ℓ of exp(s − m)
         acc = (None if out is None else out_flat[b, h, q0:q1] if direct
                else np.zeros((tq, p.dv), dtype=c))  # (tq, Dv)
-        for r0, r1, k0, k1, kind, block in planner.plan(b, h, q0, q1):
+        for r0, r1, k0, k1, kind, block in planner.tiles(b, h, q0, q1):
             qi, kj = p.q_pos[q0 + r0: q0 + r1], p.k_pos[k0:k1]
             s = _tile_scores(p, q_scaled[r0:r1], k_rows(k0, k1), b, h, qi, kj,
                              out=scratch.tile(worker_id, k1 - k0, r1 - r0, c))  # (tk, tr)
@@ -393,7 +345,7 @@ def _decode_worker(p, planner, step, q, keys, values, out_flat, lse_flat, scratc
         m = np.full(g, -np.inf, dtype=c)
         row_sum = np.zeros(g, dtype=c)
         acc = None if values is None else np.zeros((g, p.dv), dtype=c)  # (G, Dv)
-        for _, _, k0, k1, kind, block in planner.plan(b, hk * g, 0, 1):
+        for _, _, k0, k1, kind, block in planner.tiles(b, hk * g, 0, 1):
             kj = p.k_pos[k0:k1]
             s = _tile_scores(p, q_scaled, k_rows(k0, k1), b, hk * g, p.q_pos, kj,
                              out=scratch.tile(worker_id, k1 - k0, g, c))  # (tk, G)
@@ -566,7 +518,7 @@ def weights(p: Problem) -> np.ndarray:
 
         _run(p, cfg, small, _small_chunks(p))
     else:
-        planner = _Planner(p, cfg, cfg.tile_k)
+        planner = _plan(p, cfg, cfg.tile_k, cfg.key_tile(False))
         q, k = p.flat(p.q), _in_compute(p, p.k)
         items = [(b, h, q0, q1) for q0, q1 in blocks(p.nq, cfg.tile_q)
                  for b in range(p.batch_size) for h in range(p.hq)]
@@ -575,7 +527,7 @@ def weights(p: Problem) -> np.ndarray:
             b, h, q0, q1 = item
             q_scaled = q[b, h, q0:q1].astype(c) * c.type(p.scale)
             k_bh = k[b, h // p.group].astype(c, copy=False)
-            for r0, r1, k0, k1, kind, block in planner.plan(b, h, q0, q1):
+            for r0, r1, k0, k1, kind, block in planner.tiles(b, h, q0, q1):
                 qi, kj = p.q_pos[q0 + r0: q0 + r1], p.k_pos[k0:k1]
                 s = _tile_scores(p, q_scaled[r0:r1], k_bh[k0:k1], b, h, qi, kj)  # (tk, tr)
                 step.probabilities(s[None], _allowed_t(kind, block),
@@ -779,7 +731,8 @@ def _backward_tiled(p, cfg, step, delta, lse_f, dout_f, deterministic=False, dbi
     sum_parts: dict[int, np.ndarray] = {}  # per worker: Σ_j P, Σ_j dS per row (see backward)
     q, k, v = p.flat(p.q), _in_compute(p, p.k), _in_compute(p, p.v)
     q_blocks = blocks(p.nq, cfg.tile_q)
-    planner = _Planner(p, cfg, cfg.tile_k)
+    # Merged tiles stay within one work item's keys.
+    planner = _plan(p, cfg, cfg.tile_k, cfg.tile_k, align=cfg.tile_k)
     items = [(b, hk, k0, k1) for b in range(p.batch_size) for hk in range(p.hkv)
              for k0, k1 in blocks(p.nk, cfg.tile_k)]
 
@@ -804,7 +757,7 @@ def _backward_tiled(p, cfg, step, delta, lse_f, dout_f, deterministic=False, dbi
         for h in range(hk * p.group, (hk + 1) * p.group):
             for q0, q1 in q_blocks:
                 q_scaled = None
-                for r0, r1, t0, t1, kind, block in planner.plan(b, h, q0, q1, (k0, k1)):
+                for r0, r1, t0, t1, kind, block in planner.tiles(b, h, q0, q1, (k0, k1)):
                     if q_scaled is None:
                         q_scaled = q[b, h, q0:q1].astype(c) * scale  # (tq, Dk)
                         do_tile = dout_f[b, h, q0:q1].astype(c)  # (tq, Dv)
@@ -852,7 +805,7 @@ def _backward_tiled(p, cfg, step, delta, lse_f, dout_f, deterministic=False, dbi
             bad_k = _bad_rows(p, k_bh)
             q_scaled = q[b, h, q0:q1].astype(c) * scale
             do_tile = dout_f[b, h, q0:q1].astype(c)
-            for r0, r1, t0, t1, kind, block in planner.plan(b, h, q0, q1):  # key tiles in order
+            for r0, r1, t0, t1, kind, block in planner.tiles(b, h, q0, q1):  # key tiles in order
                 qi, kj = p.q_pos[q0 + r0: q0 + r1], p.k_pos[t0:t1]
                 s, t = _tile_scores(p, q_scaled[r0:r1], k_bh[t0:t1], b, h, qi, kj,
                                     keep_tanh=True)

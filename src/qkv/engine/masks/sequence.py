@@ -114,7 +114,9 @@ class Documents(Mask):
         nb = layout.batch_size  # explicit: reshape(-1, 0) cannot infer it for empty sequences
         qid = np.broadcast_to(self.q_ids, (*layout.batch_shape, layout.nq)).reshape(nb, layout.nq)
         kid = np.broadcast_to(k_ids, (*layout.batch_shape, layout.nk)).reshape(nb, layout.nk)
-        return _BoundDocuments(layout, qid, kid)
+        # Packed documents come in order: then a tile's ids range from its first row's to its
+        # last's, read in O(1) instead of a min and max over the tile (~40 µs per tile).
+        return _BoundDocuments(layout, qid, kid, _ordered(qid), _ordered(kid))
 
     def __repr__(self):
         return "documents(...)"
@@ -125,6 +127,8 @@ class _BoundDocuments(BoundMask):
     layout: Layout
     qid: np.ndarray  # (B, Nq)
     kid: np.ndarray  # (B, Nk)
+    q_ordered: np.ndarray  # (B,) bool: the ids of sequence b never decrease
+    k_ordered: np.ndarray  # (B,)
     batch_dependent = True
     cheap = True  # min/max of the ids decide most tiles
 
@@ -132,13 +136,27 @@ class _BoundDocuments(BoundMask):
         return self.qid[b][qi][:, None] == self.kid[b][kj][None, :]  # (tq, tk)
 
     def tile(self, qi, kj, b, h):
-        qa, ka = self.qid[b][qi], self.kid[b][kj]
-        qlo, qhi, klo, khi = qa.min(), qa.max(), ka.min(), ka.max()
+        # (index arrays are strictly increasing: over ordered ids their ends are min and max)
+        qlo, qhi = _id_span(self.qid[b], qi, self.q_ordered[b])
+        klo, khi = _id_span(self.kid[b], kj, self.k_ordered[b])
         if qhi < klo or qlo > khi:
             return EMPTY, None
         if qlo == qhi == klo == khi:
             return FULL, None
-        return kind_of(qa[:, None] == ka[None, :])
+        return kind_of(self.block(qi, kj, b, h))
+
+
+def _ordered(ids: np.ndarray) -> np.ndarray:
+    """``(B, N)`` ids → ``(B,)`` bool: whether each sequence's ids never decrease."""
+    return (np.diff(ids, axis=-1) >= 0).all(axis=-1)
+
+
+def _id_span(ids: np.ndarray, idx: np.ndarray, ordered: bool) -> tuple[int, int]:
+    """(min, max) of ``ids[idx]`` for a strictly increasing, non-empty ``idx``."""
+    if ordered:
+        return ids[idx[0]], ids[idx[-1]]
+    picked = ids[idx]
+    return picked.min(), picked.max()
 
 
 def documents(q_ids, k_ids=None) -> Mask:
