@@ -1,7 +1,20 @@
-"""The element-wise hot loops of training compiled with Numba (the ``qkv[fast]`` extra): GPT-2's
-tanh GELU forward and backward, and the AdamW update. Each is one pass over memory without the
-GIL, where the NumPy forms (:mod:`.activations`, :mod:`.optim`) make several passes with a
-temporary per operation. Imported only when Numba is (see :func:`available`).
+"""The element-wise hot loops compiled with Numba (the ``qkv[fast]`` extra): BERT's exact-erf
+GELU and GPT-2's tanh GELU, forward and backward, and the AdamW update. Each is one pass over
+memory without the GIL, where the NumPy forms (:mod:`.activations`, :mod:`.optim`) make several
+passes with a temporary per operation (and scipy's ``erf`` costs ~20 ns an element). Imported
+only when Numba is (see :func:`available`).
+
+Exact GELU. x Φ(x), with the normal CDF Φ(x) = ½ erfc(−x/√2) taken from erfc(z), z = |x|/√2:
+Φ = ½ erfc(z) for x < 0 and 1 − ½ erfc(z) otherwise, so the negative tail is never a
+difference of two numbers near 1. In float32, erfc is Numerical Recipes' Chebyshev form
+(``erfcc``: relative error below 1.2e-7 for every z ≥ 0, measured 1.04e-7 in float64)
+
+    erfc(z) = t · exp(−z² − 1.26551223 + t P(t)),      t = 1 / (1 + z/2),  P of degree 9
+
+with the exponential the engine's vectorisable ``exp2``, so the loop vectorises (~1.4 ns an
+element on one core). x Φ(x) is then within about one float32 rounding of the exact value at
+max(1, |x|) — as close as torch's own float32 GELU (tests/test_nn_compiled.py). In float64,
+``math.erf`` (a scalar libm call: float64 is not the hot path).
 
 GELU. ½ x (1 + tanh u) is written as x · σ(2u), with σ(z) = 1 / (1 + e^(−z)): the same function
 (½(1 + tanh u) = σ(2u)) without the cancellation of 1 + tanh u for negative x, and one
@@ -95,6 +108,74 @@ def gelu_tanh_backward(x: np.ndarray, dy: np.ndarray) -> np.ndarray:
     """∂loss/∂x for x and dy of one shape and one dtype (float32 or float64)."""
     out = np.empty(x.shape, dtype=x.dtype)
     (_gelu_backward32 if x.dtype == np.float32 else _gelu_backward64)(
+        _flat(x), _flat(dy), out.reshape(-1))
+    return out
+
+
+# Numerical Recipes' erfcc: erfc(z) = t exp(−z² + NR0 + t (NR1 + t (NR2 + … + t NR9)))
+NR0 = F32(-1.26551223)
+NR1, NR2, NR3, NR4, NR5, NR6, NR7, NR8, NR9 = (F32(c) for c in (
+    1.00002368, 0.37409196, 0.09678418, -0.18628806, 0.27886807, -1.13520398, 1.48851587,
+    -0.82215223, 0.17087277))
+SQRT_HALF32 = F32(1.0 / math.sqrt(2.0))
+HALF32 = F32(0.5)
+LOG2E32 = F32(math.log2(math.e))
+INV_SQRT_2PI32 = F32(1.0 / math.sqrt(2.0 * math.pi))
+_SQRT_HALF = 1.0 / math.sqrt(2.0)
+_INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
+
+
+@njit(inline="always", fastmath=FLAGS, error_model="numpy")
+def _phi32(x):
+    """Φ(x) = ½ erfc(−x/√2) in float32 (0 for −inf, 1 for +inf, NaN for NaN)."""
+    z = abs(x) * SQRT_HALF32
+    t = ONE32 / (ONE32 + HALF32 * z)
+    p = NR1 + t * (NR2 + t * (NR3 + t * (NR4 + t * (NR5 + t * (NR6 + t * (NR7 + t * (
+        NR8 + t * NR9)))))))
+    half_erfc = HALF32 * t * exp2((NR0 + t * p - z * z) * LOG2E32)  # ½ erfc(|x|/√2)
+    return half_erfc if x < ZERO32 else ONE32 - half_erfc
+
+
+@njit(nogil=True, fastmath=FLAGS, error_model="numpy", cache=True)
+def _gelu_erf32(x, out):
+    for i in range(x.size):
+        out[i] = x[i] * _phi32(x[i])
+
+
+@njit(nogil=True, fastmath=FLAGS, error_model="numpy", cache=True)
+def _gelu_erf_backward32(x, dy, out):
+    # d/dx [x Φ(x)] = Φ(x) + x φ(x),  φ(x) = e^(−x²/2) / √(2π)
+    for i in range(x.size):
+        xi = x[i]
+        pdf = INV_SQRT_2PI32 * exp2((-HALF32 * (xi * xi)) * LOG2E32)
+        out[i] = dy[i] * (_phi32(xi) + xi * pdf)
+
+
+@njit(nogil=True, error_model="numpy", cache=True)
+def _gelu_erf64(x, out):
+    for i in range(x.size):
+        out[i] = 0.5 * x[i] * (1.0 + math.erf(x[i] * _SQRT_HALF))
+
+
+@njit(nogil=True, error_model="numpy", cache=True)
+def _gelu_erf_backward64(x, dy, out):
+    for i in range(x.size):
+        xi = x[i]
+        cdf = 0.5 * (1.0 + math.erf(xi * _SQRT_HALF))
+        out[i] = dy[i] * (cdf + xi * (_INV_SQRT_2PI * math.exp(-0.5 * xi * xi)))
+
+
+def gelu(x: np.ndarray) -> np.ndarray:
+    """BERT's exact GELU x Φ(x) of a float32 or float64 array (any shape); a new array."""
+    out = np.empty(x.shape, dtype=x.dtype)
+    (_gelu_erf32 if x.dtype == np.float32 else _gelu_erf64)(_flat(x), out.reshape(-1))
+    return out
+
+
+def gelu_backward(x: np.ndarray, dy: np.ndarray) -> np.ndarray:
+    """∂loss/∂x of :func:`gelu` for x and dy of one shape and one dtype (float32 or float64)."""
+    out = np.empty(x.shape, dtype=x.dtype)
+    (_gelu_erf_backward32 if x.dtype == np.float32 else _gelu_erf_backward64)(
         _flat(x), _flat(dy), out.reshape(-1))
     return out
 
