@@ -23,9 +23,10 @@ from pathlib import Path
 import numpy as np
 
 from .. import masks
+from ..engine import threads
+from ..engine.tiles import cpu_workers
 from ..nn import Embedding, LayerNorm, Linear, MultiHeadAttention, gelu
 from .files import WEIGHTS, check_files, read_config, wheel_folder
-from .parallel import map_batches
 from .tokenizer import Batch, WordPiece
 from .weights import read_weights
 
@@ -193,8 +194,17 @@ class MiniLM:
         """L2-normalised sentence embeddings ``(B, d_model)`` float32, mean-pooled over real tokens.
 
         As sentence-transformers does, sentences are sorted by length and run ``batch_size`` at a
-        time, so little compute goes to padding; the result is in the order given. Batches run
-        in parallel, one per core (see :mod:`qkv.models.parallel`).
+        time, so little compute goes to padding; the result is in the order given.
+
+        Batches run in parallel, one per core, each on one thread with the BLAS held to one
+        thread (:func:`qkv.engine.threads.run`, as training's ``sharded_loss`` does): encoding
+        is a chain of GEMMs on small batches (64 sentences × ~20 tokens), and a BLAS that splits
+        each of them across the cores pays a synchronisation per product — on a busy machine,
+        each a wait for a descheduled thread (measured: 2–3× slower). NumPy's GEMMs and ufuncs
+        and the compiled GELU release the GIL, so the batches overlap; the attention inside a
+        batch runs on the batch's own thread. Every batch is computed the same way whichever
+        thread runs it, so the result does not depend on the number of threads
+        (``QKV_NUM_THREADS``).
         """
         sentences = _sentences(sentences)
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
@@ -206,12 +216,11 @@ class MiniLM:
         order = np.argsort(everything.lengths, kind="stable")[::-1]  # longest first
         chunks = [order[start: start + batch_size] for start in range(0, len(order), batch_size)]
 
-        def pooled(rows: np.ndarray) -> np.ndarray:
+        def pooled(_worker: int, rows: np.ndarray) -> None:
             batch = everything.take(rows)  # (b, N) padded to this chunk's longest sentence
-            return _mean_pool(self.hidden_states(batch), batch.real)  # (b, d)
+            out[rows] = _mean_pool(self.hidden_states(batch), batch.real)  # (b, d): own rows
 
-        for rows, vectors in zip(chunks, map_batches(pooled, chunks), strict=True):
-            out[rows] = vectors
+        threads.run(pooled, chunks, cpu_workers())  # longest (costliest) chunks first
         norms = np.linalg.norm(out, axis=-1, keepdims=True)
         return out / np.maximum(norms, np.float32(1e-12))  # torch's F.normalize eps
 
