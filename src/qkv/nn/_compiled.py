@@ -34,9 +34,11 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit
 
-from ..engine.step.compiled import FLAGS, exp2
+# Numba is imported through the engine's compiled module, which first turns off Numba's
+# coloured messages (their exit hook writes a terminal reset code to stdout: an MPI rank's
+# "RESULT …" line would start with it). Imported here first, Numba would keep its colours.
+from ..engine.step.compiled import FLAGS, exp2, njit
 
 _C = math.sqrt(2.0 / math.pi)
 _A = 0.044715
