@@ -22,8 +22,8 @@ def gelu(x):
     """GELU, the exact erf form used by BERT: x · Φ(x) = ½ x (1 + erf(x / √2)).
 
     Not the tanh approximation. Keeps the dtype of float inputs. With Numba, float32 and float64
-    arrays take the compiled loop of :mod:`._compiled` (one vectorised pass, no GIL, within a
-    float32 rounding of the exact value); :func:`numpy_gelu` is the form without Numba (scipy's
+    arrays take the compiled loop of :mod:`._compiled` (one vectorised pass, no GIL, within about
+    one float32 rounding of the exact value); :func:`numpy_gelu` is the form without Numba (scipy's
     ``erf``, imported lazily).
     """
     x = np.asarray(x)
