@@ -117,6 +117,31 @@ def test_exact_gelu_in_float16_and_mixed_dtypes_takes_numpy():
     np.testing.assert_array_equal(nn.gelu_backward(x, dy), activations.numpy_gelu_backward(x, dy))
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_layer_norm_normalize_is_forward_of_the_sum_to_rounding(dtype):
+    """``normalize(x, residual)`` (compiled with Numba) = ``forward(x + residual)[0]`` and the
+    float64 LayerNorm of the rounded sum, within a few roundings of the output's scale."""
+    rng = np.random.default_rng(0)
+    ln = nn.LayerNorm(384, eps=1e-12, dtype=dtype)
+    ln.params["weight"][:] = rng.normal(1, 0.3, 384)
+    ln.params["bias"][:] = rng.normal(0, 0.5, 384)
+    x = (rng.normal(3, 5, (2, 7, 384)) * 10.0 ** rng.integers(-3, 4, (2, 7, 1))).astype(dtype)
+    r = rng.normal(0, 2, x.shape).astype(dtype)
+    s = (x + r).astype(np.float64)  # the sum, rounded to dtype as both forms round it
+    xhat = (s - s.mean(-1, keepdims=True)) / np.sqrt(s.var(-1, keepdims=True) + 1e-12)
+    w, b = (ln.params[n].astype(np.float64) for n in ("weight", "bias"))
+    ref = xhat * w + b
+    scale = np.abs(xhat * w) + np.abs(b) + 1  # (|x̂ w| + |b|): the terms the result sums
+    for y in (ln.normalize(x, r), ln.forward(x + r)[0]):
+        assert y.dtype == dtype and y.shape == x.shape
+        err = np.abs(y.astype(np.float64) - ref)
+        assert (err <= 8 * np.finfo(dtype).eps * scale).all(), float((err / scale).max())
+    np.testing.assert_array_equal(ln.normalize(x + r), ln.normalize(x, r))  # same rounded sum
+    if dtype == np.float32:  # a float64 input to a float32 layer takes NumPy: forward, exactly
+        x64 = x.astype(np.float64)
+        np.testing.assert_array_equal(ln.normalize(x64, r), ln.forward(x64 + r)[0])
+
+
 @needs_numba
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("weight_decay", [0.0, 0.1])

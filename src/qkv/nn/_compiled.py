@@ -1,8 +1,9 @@
 """The element-wise hot loops compiled with Numba (the ``qkv[fast]`` extra): BERT's exact-erf
-GELU and GPT-2's tanh GELU, forward and backward, and the AdamW update. Each is one pass over
-memory without the GIL, where the NumPy forms (:mod:`.activations`, :mod:`.optim`) make several
-passes with a temporary per operation (and scipy's ``erf`` costs ~20 ns an element). Imported
-only when Numba is (see :func:`available`).
+GELU and GPT-2's tanh GELU, forward and backward, LayerNorm's inference pass (with the residual
+add) and the AdamW update. Each is one pass over memory without the GIL, where the NumPy forms
+(:mod:`.activations`, :mod:`.norm`, :mod:`.optim`) make several passes with a temporary per
+operation (and scipy's ``erf`` costs many times more per element). Imported only when Numba is
+(see :func:`available`).
 
 Exact GELU. x Φ(x), with the normal CDF Φ(x) = ½ erfc(−x/√2) taken from erfc(z), z = |x|/√2:
 Φ = ½ erfc(z) for x < 0 and 1 − ½ erfc(z) otherwise, so the negative tail is never a
@@ -181,6 +182,44 @@ def gelu_backward(x: np.ndarray, dy: np.ndarray) -> np.ndarray:
     (_gelu_erf_backward32 if x.dtype == np.float32 else _gelu_erf_backward64)(
         _flat(x), _flat(dy), out.reshape(-1))
     return out
+
+
+@njit(nogil=True, fastmath=FLAGS, error_model="numpy", cache=True)
+def _layer_norm(x, residual, has_residual, weight, bias, eps, row, out):
+    # Each row once through the cache: v = x (+ residual) rounded to x's dtype, as NumPy's
+    # ``x + residual`` is; its mean and biased variance summed in float64; then the affine map.
+    m, d = x.shape
+    for i in range(m):
+        if has_residual:
+            for j in range(d):
+                row[j] = x[i, j] + residual[i, j]
+        else:
+            for j in range(d):
+                row[j] = x[i, j]
+        total = 0.0
+        for j in range(d):
+            total += row[j]
+        mean = total / d
+        sq = 0.0
+        for j in range(d):
+            c = row[j] - mean
+            sq += c * c
+        inv_std = 1.0 / math.sqrt(sq / d + eps)
+        for j in range(d):
+            out[i, j] = (row[j] - mean) * inv_std * weight[j] + bias[j]
+
+
+def layer_norm(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, eps: float,
+               residual: np.ndarray | None = None) -> np.ndarray:
+    """LayerNorm of ``x (+ residual)`` over the last axis, x and residual ``(..., d)`` of one
+    shape and dtype (float32 or float64), weight and bias ``(d,)``; a new array."""
+    flat = np.ascontiguousarray(x).reshape(-1, x.shape[-1])  # (M, d)
+    res = flat if residual is None else np.ascontiguousarray(residual).reshape(flat.shape)
+    out = np.empty(flat.shape, dtype=x.dtype)
+    _layer_norm(flat, res, residual is not None, weight.astype(x.dtype, copy=False),
+                bias.astype(x.dtype, copy=False), float(eps), np.empty(flat.shape[1], x.dtype),
+                out)
+    return out.reshape(x.shape)
 
 
 @njit(nogil=True, error_model="numpy", cache=True)
