@@ -202,10 +202,10 @@ class MiniLM:
         is a chain of GEMMs on small batches (64 sentences × ~20 tokens), and a BLAS that splits
         each of them across the cores pays a synchronisation per product — on a busy machine,
         each a wait for a descheduled thread (measured: 2–3× slower). NumPy's GEMMs and ufuncs
-        and the compiled GELU release the GIL, so the batches overlap; the attention inside a
-        batch runs on the batch's own thread. Every batch is computed the same way whichever
-        thread runs it, so the result does not depend on the number of threads
-        (``QKV_NUM_THREADS``).
+        and the compiled GELU and LayerNorm release the GIL, so the batches overlap; the
+        attention inside a batch runs on the batch's own thread. Every batch is computed the
+        same way whichever thread runs it, so the result does not depend on the number of
+        threads (``QKV_NUM_THREADS``).
         """
         sentences = _sentences(sentences)
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
