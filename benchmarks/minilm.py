@@ -2,6 +2,7 @@
 
     python benchmarks/minilm.py                      # 1,000 sentences of ~20 tokens, 3 rounds
     python benchmarks/minilm.py --sentences 200 --rounds 1
+    python benchmarks/minilm.py --profile            # where qkv's time goes (no peer, one thread)
 
 Both encoders get the same sentences, interleaved round by round (qkv, then the peer), so a
 noisy neighbour hurts both; the best round of each is reported, with their ratio. The peer is
@@ -38,6 +39,67 @@ def best_of(fn, rounds_done: list[float]) -> np.ndarray:
     return out
 
 
+# cProfile rows (file, function) → the part of the encoder they are; the rest is "other"
+PARTS = {("_base.py", "matmul_rows"): "GEMMs", ("_compiled.py", "_gelu_erf32"): "GELU",
+         ("activations.py", "_erf"): "GELU", ("activations.py", "numpy_gelu"): "GELU",
+         ("norm.py", None): "LayerNorm", ("_compiled.py", "_layer_norm"): "LayerNorm",
+         ("engine/kernel.py", None): "attention",
+         ("engine/problem.py", None): "attention", ("step", "online_softmax"): "attention",
+         ("tokenizer.py", None): "tokenizer", ("tokenizers.Tokenizer", None): "tokenizer"}
+
+
+def _part(file: str, function: str) -> str:
+    for (where, name), part in PARTS.items():
+        if where in file and (name is None or name == function):
+            return part
+    if "online_softmax" in function or "encode_batch" in function:
+        return "attention" if "online_softmax" in function else "tokenizer"
+    return "other"
+
+
+def profile(model, sentences: list[str], batch_size: int) -> None:
+    """Where qkv's ``encode`` spends its time: a one-thread cProfile, by part (self time, so
+    LayerNorm's ``mean`` calls count as "other"), the encoder's GFLOP and the GELU's cost."""
+    import cProfile
+    import pstats
+
+    from qkv.nn import activations
+
+    os.environ["QKV_NUM_THREADS"] = "1"  # one batch at a time: self times add up to the wall
+    model.encode(sentences[:batch_size])
+    prof = cProfile.Profile()
+    start = time.perf_counter()
+    prof.enable()
+    model.encode(sentences, batch_size=batch_size)
+    prof.disable()
+    wall = time.perf_counter() - start
+    shares: dict[str, float] = {}
+    for (file, _line, function), row in pstats.Stats(prof).stats.items():
+        shares[_part(file, function)] = shares.get(_part(file, function), 0.0) + row[2]
+    total = sum(shares.values())
+    print(f"qkv encode on one thread under cProfile: {wall:.2f} s")
+    for part, t in sorted(shares.items(), key=lambda kv: -kv[1]):
+        print(f"  {part:10s} {t:6.2f} s  {100 * t / total:5.1f}%")
+    c = model.config
+    lengths = np.sort(model.tokenize(sentences).lengths)[::-1]  # as encode batches them
+    tokens = int(sum(len(chunk) * chunk[0] for chunk in
+                     (lengths[i: i + batch_size] for i in range(0, len(lengths), batch_size))))
+    flops = 2 * tokens * c.n_layers * (4 * c.d_model * c.d_model + 2 * c.d_model * c.d_ff)
+    print(f"  the encoder's GEMMs: {flops / 1e9:.0f} GFLOP on {tokens} token rows (padding "
+          f"included), {flops / 1e9 / shares.get('GEMMs', 1):.0f} GFLOP/s under cProfile")
+    x = np.random.default_rng(0).standard_normal((64 * 21, c.d_ff)).astype(np.float32)
+    for name, fn in (("compiled", activations.gelu), ("scipy", activations.numpy_gelu)):
+        fn(x)
+        best = min(_timed(fn, x) for _ in range(5))
+        print(f"  GELU ({name}): {best / x.size * 1e9:.2f} ns an element")
+
+
+def _timed(fn, x) -> float:
+    start = time.perf_counter()
+    fn(x)
+    return time.perf_counter() - start
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sentences", type=int, default=1000)
@@ -46,8 +108,15 @@ def main() -> None:
                         help="torch.set_num_threads for the peer (default: torch's own choice)")
     parser.add_argument("--batch-size", type=int, default=64,
                         help="qkv's batch size (sentence-transformers keeps its default, 32)")
+    parser.add_argument("--profile", action="store_true",
+                        help="profile qkv's encode alone (one thread) instead of the race")
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    if args.profile:
+        from qkv.models import MiniLM
+
+        profile(MiniLM.load(), make_sentences(args.sentences), args.batch_size)
+        return
 
     import torch
     from sentence_transformers import SentenceTransformer

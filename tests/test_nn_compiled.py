@@ -1,5 +1,6 @@
-"""qkv.nn's compiled loops (the qkv[fast] extra) against their NumPy forms and torch: the tanh
-GELU to rounding, the AdamW update bit for bit; and which one each entry point runs."""
+"""qkv.nn's compiled loops (the qkv[fast] extra) against their NumPy forms and torch: the exact
+(erf) and tanh GELUs to rounding, the AdamW update bit for bit; and which one each entry point
+runs."""
 
 from __future__ import annotations
 
@@ -62,6 +63,83 @@ def test_gelu_tanh_in_float16_and_mixed_dtypes_takes_numpy():
     dy = np.ones(33, np.float64)
     np.testing.assert_array_equal(nn.gelu_tanh_backward(x, dy),
                                   activations.numpy_gelu_tanh_backward(x, dy))
+
+
+def _exact_gelu(x, dy):
+    """x Φ(x) and dy (Φ(x) + x φ(x)) in float64, from scipy's normal CDF and density."""
+    from scipy.special import ndtr
+
+    pdf = np.exp(-0.5 * x * x) / np.sqrt(2 * np.pi)
+    return x * ndtr(x), dy * (ndtr(x) + x * pdf)
+
+
+@needs_numba
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_compiled_exact_gelu_is_within_rounding_like_torch(dtype):
+    from qkv.nn import _compiled
+
+    x = X.astype(dtype)
+    dy = np.cos(3 * X).astype(dtype)
+    with np.errstate(over="ignore", invalid="ignore"):  # x·Φ(x) of ±1e3 in float64 is fine
+        y_ref, dx_ref = _exact_gelu(x.astype(np.float64), dy.astype(np.float64))  # exact inputs
+    fast, dfast = _compiled.gelu(x), _compiled.gelu_backward(x, dy)
+    slow, dslow = activations.numpy_gelu(x), activations.numpy_gelu_backward(x, dy)
+    tx = torch.tensor(x, requires_grad=True)  # torch in the same dtype: the peer's own rounding
+    ty = torch.nn.functional.gelu(tx)  # approximate="none": the erf form
+    ty.backward(torch.tensor(dy))
+    assert fast.dtype == slow.dtype == dfast.dtype == dslow.dtype == dtype
+    # measured on X, in roundings at max(1, |x|), forward / backward: float32 compiled
+    # 0.92 / 1.44, scipy 0.81 / 1.15, torch 1.26 / 1.87; float64 at most 1.69 / 2.0
+    for name, y, ref, ulps in (("compiled", fast, y_ref, 2), ("numpy", slow, y_ref, 2),
+                               ("torch", ty.detach().numpy(), y_ref, 2),
+                               ("compiled backward", dfast, dx_ref, 4),
+                               ("numpy backward", dslow, dx_ref, 4),
+                               ("torch backward", tx.grad.numpy(), dx_ref, 4)):
+        err = np.abs(y.astype(np.float64) - ref)
+        assert (err <= _bound(x, dtype, ulps)).all(), (name, dtype, ulps, float(err.max()))
+    np.testing.assert_array_equal(fast[x >= 12], x[x >= 12])  # Φ(x) rounds to exactly 1 there
+    assert (fast[x <= -12] <= 0).all() and (fast[x <= -12] > -1e-30).all()  # → −0, no NaN
+    special = np.array([np.inf, -np.inf, np.nan, -0.0], dtype)
+    with np.errstate(invalid="ignore"):  # −inf · Φ(−inf) = −inf · 0 is NaN, as in scipy
+        np.testing.assert_array_equal(_compiled.gelu(special), activations.numpy_gelu(special))
+    # the entry points take the compiled loop for float32/float64 arrays of any shape
+    shaped = x[:48000].reshape(12, 40, 100)
+    np.testing.assert_array_equal(nn.gelu(shaped), fast[:48000].reshape(shaped.shape))
+    np.testing.assert_array_equal(nn.gelu_backward(shaped, dy[:48000].reshape(shaped.shape)),
+                                  dfast[:48000].reshape(shaped.shape))
+    np.testing.assert_array_equal(nn.gelu(x[::2]), fast[::2])  # strided: copied, same values
+
+
+def test_exact_gelu_in_float16_and_mixed_dtypes_takes_numpy():
+    x = np.linspace(-4, 4, 33, dtype=np.float16)
+    np.testing.assert_array_equal(nn.gelu(x), activations.numpy_gelu(x))
+    dy = np.ones(33, np.float64)
+    np.testing.assert_array_equal(nn.gelu_backward(x, dy), activations.numpy_gelu_backward(x, dy))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_layer_norm_normalize_is_forward_of_the_sum_to_rounding(dtype):
+    """``normalize(x, residual)`` (compiled with Numba) = ``forward(x + residual)[0]`` and the
+    float64 LayerNorm of the rounded sum, within a few roundings of the output's scale."""
+    rng = np.random.default_rng(0)
+    ln = nn.LayerNorm(384, eps=1e-12, dtype=dtype)
+    ln.params["weight"][:] = rng.normal(1, 0.3, 384)
+    ln.params["bias"][:] = rng.normal(0, 0.5, 384)
+    x = (rng.normal(3, 5, (2, 7, 384)) * 10.0 ** rng.integers(-3, 4, (2, 7, 1))).astype(dtype)
+    r = rng.normal(0, 2, x.shape).astype(dtype)
+    s = (x + r).astype(np.float64)  # the sum, rounded to dtype as both forms round it
+    xhat = (s - s.mean(-1, keepdims=True)) / np.sqrt(s.var(-1, keepdims=True) + 1e-12)
+    w, b = (ln.params[n].astype(np.float64) for n in ("weight", "bias"))
+    ref = xhat * w + b
+    scale = np.abs(xhat * w) + np.abs(b) + 1  # (|x̂ w| + |b|): the terms the result sums
+    for y in (ln.normalize(x, r), ln.forward(x + r)[0]):
+        assert y.dtype == dtype and y.shape == x.shape
+        err = np.abs(y.astype(np.float64) - ref)
+        assert (err <= 8 * np.finfo(dtype).eps * scale).all(), float((err / scale).max())
+    np.testing.assert_array_equal(ln.normalize(x + r), ln.normalize(x, r))  # same rounded sum
+    if dtype == np.float32:  # a float64 input to a float32 layer takes NumPy: forward, exactly
+        x64 = x.astype(np.float64)
+        np.testing.assert_array_equal(ln.normalize(x64, r), ln.forward(x64 + r)[0])
 
 
 @needs_numba

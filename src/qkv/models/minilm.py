@@ -23,9 +23,10 @@ from pathlib import Path
 import numpy as np
 
 from .. import masks
+from ..engine import threads
+from ..engine.tiles import cpu_workers
 from ..nn import Embedding, LayerNorm, Linear, MultiHeadAttention, gelu
 from .files import WEIGHTS, check_files, read_config, wheel_folder
-from .parallel import map_batches
 from .tokenizer import Batch, WordPiece
 from .weights import read_weights
 
@@ -92,7 +93,7 @@ class Embeddings:
         n = ids.shape[-1]
         # One segment (type id 0) per sentence, positions 0..N-1, as sentence-transformers feeds.
         x = self.words(ids) + self.positions(np.arange(n)) + self.segments(np.zeros(n, np.int64))
-        return self.norm(x)  # (..., N, d)
+        return self.norm.normalize(x)  # (..., N, d)
 
 
 class EncoderLayer:
@@ -125,12 +126,13 @@ class EncoderLayer:
 
     def __call__(self, x: np.ndarray, mask: masks.Mask | None = None) -> np.ndarray:
         """x (..., N, d) → (..., N, d); ``mask`` hides padded keys (``qkv.padding``)."""
-        h = self.attn_norm(x + self.attn(x, mask=mask))  # (..., N, d)
+        # normalize(a, residual): LN(a + residual) in one pass (compiled with Numba)
+        h = self.attn_norm.normalize(self.attn(x, mask=mask), x)  # (..., N, d)
         # The feed-forward acts on each position alone, so run it on (B·N, d): one GEMM, which
         # NumPy does 2–5× faster than the stacked (B, N, d) @ (d, d_ff) product.
         flat = h.reshape(-1, h.shape[-1])  # (B·N, d)
         ff = self.ff_out(gelu(self.ff_in(flat)))  # (B·N, d_ff) → (B·N, d)
-        return self.ff_norm(h + ff.reshape(h.shape))  # (..., N, d)
+        return self.ff_norm.normalize(ff, flat).reshape(h.shape)  # (..., N, d)
 
 
 class MiniLM:
@@ -193,8 +195,17 @@ class MiniLM:
         """L2-normalised sentence embeddings ``(B, d_model)`` float32, mean-pooled over real tokens.
 
         As sentence-transformers does, sentences are sorted by length and run ``batch_size`` at a
-        time, so little compute goes to padding; the result is in the order given. Batches run
-        in parallel, one per core (see :mod:`qkv.models.parallel`).
+        time, so little compute goes to padding; the result is in the order given.
+
+        Batches run in parallel, one per core, each on one thread with the BLAS held to one
+        thread (:func:`qkv.engine.threads.run`, as training's ``sharded_loss`` does): encoding
+        is a chain of GEMMs on small batches (64 sentences × ~20 tokens), and a BLAS that splits
+        each of them across the cores pays a synchronisation per product — on a busy machine,
+        each a wait for a descheduled thread (measured: 2–3× slower). NumPy's GEMMs and ufuncs
+        and the compiled GELU and LayerNorm release the GIL, so the batches overlap; the
+        attention inside a batch runs on the batch's own thread. Every batch is computed the
+        same way whichever thread runs it, so the result does not depend on the number of
+        threads (``QKV_NUM_THREADS``).
         """
         sentences = _sentences(sentences)
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
@@ -206,12 +217,11 @@ class MiniLM:
         order = np.argsort(everything.lengths, kind="stable")[::-1]  # longest first
         chunks = [order[start: start + batch_size] for start in range(0, len(order), batch_size)]
 
-        def pooled(rows: np.ndarray) -> np.ndarray:
+        def pooled(_worker: int, rows: np.ndarray) -> None:
             batch = everything.take(rows)  # (b, N) padded to this chunk's longest sentence
-            return _mean_pool(self.hidden_states(batch), batch.real)  # (b, d)
+            out[rows] = _mean_pool(self.hidden_states(batch), batch.real)  # (b, d): own rows
 
-        for rows, vectors in zip(chunks, map_batches(pooled, chunks), strict=True):
-            out[rows] = vectors
+        threads.run(pooled, chunks, cpu_workers())  # longest (costliest) chunks first
         norms = np.linalg.norm(out, axis=-1, keepdims=True)
         return out / np.maximum(norms, np.float32(1e-12))  # torch's F.normalize eps
 

@@ -120,7 +120,9 @@ class MultiHeadAttention(Layer):
 
     def _proj(self, t, name):
         y = matmul_rows(t, self.params[f"w_{name}"])
-        return y + self.params[f"b_{name}"] if self.has_bias else y
+        if self.has_bias:
+            y += self.params[f"b_{name}"]  # in place: y is the product's fresh array
+        return y
 
     def project(self, x, context=None):
         """q ``(..., H, N, d_head)``; k, v ``(..., H_kv, Nk, d_head)`` (context defaults to x)."""

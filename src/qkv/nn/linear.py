@@ -39,7 +39,7 @@ class Linear(Layer):
         x = as_input(x, "x", "Linear", self.d_in, self.dtype)
         y = matmul_rows(x, self.params["weight"])  # (..., d_out)
         if "bias" in self.params:
-            y = y + self.params["bias"]
+            y += self.params["bias"]  # in place: y is the product's fresh array
         return y, x
 
     def backward(self, x, dy):
