@@ -244,6 +244,51 @@ def test_the_pool_runs_every_item_once_with_the_caller_as_worker_zero():
     assert set(ids) == {0, 1} and ids[0] == threading.get_ident() != ids[1]
 
 
+def test_the_blas_is_held_at_one_thread_from_any_thread():
+    """single_threaded_blas must work on every thread, not only the first that used it
+    (threadpoolctl ≥ 3.8 silently ignores limits from a second thread unless control is given
+    back): the explorer's request threads and MiniLM's batch threads rely on it."""
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    from qkv.engine import threads
+
+    def blas_threads() -> set[int]:
+        return {i["num_threads"] for i in threadpoolctl.threadpool_info()
+                if i["user_api"] == "blas" and "libscipy_openblas64_" in i["filepath"]}
+
+    before = blas_threads()
+    if not before or max(before) < 2:
+        pytest.skip(f"NumPy's OpenBLAS runs {before} thread(s) here: nothing to hold")
+    seen = []
+
+    def look() -> None:
+        with threads.single_threaded_blas():
+            seen.append(blas_threads())
+
+    look()  # this thread first, then two others, one after the other
+    for _ in range(2):
+        t = threading.Thread(target=look)
+        t.start()
+        t.join()
+    # and one thread entering while another holds it, the first to leave not the last
+    inside, leave = threading.Event(), threading.Event()
+
+    def holder() -> None:
+        with threads.single_threaded_blas():
+            inside.set()
+            leave.wait(30)
+
+    t = threading.Thread(target=holder)
+    t.start()
+    inside.wait(30)
+    with threads.single_threaded_blas():
+        seen.append(blas_threads())
+        leave.set()
+        t.join()
+        seen.append(blas_threads())  # the holder left first: still held for us
+    assert seen == [{1}] * 5
+    assert blas_threads() == before  # the last one out restored it, whichever thread it was
+
+
 @pytest.mark.parametrize("failing", [0, 1])
 def test_an_error_in_any_worker_reaches_the_caller(failing):
     from qkv.engine import threads

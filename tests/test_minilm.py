@@ -304,3 +304,23 @@ def test_model_never_imports_torch():
             "bad = sorted(k for k in sys.modules if k.split('.')[0] in "
             "('torch', 'transformers', 'sentence_transformers')); assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_views_read_the_same_bits_whatever_holds_the_blas(model):
+    """The explorer answers several requests at once, and a concurrent caller (an attention call,
+    an encode) may hold the process-wide BLAS at one thread: what a view reads must not change
+    with that. (Before the fix, OpenBLAS's threaded kernels made layer 0's weights differ in
+    the last bits from a one-thread run, on this machine.)"""
+    pytest.importorskip("threadpoolctl")
+    from qkv.engine.threads import single_threaded_blas
+
+    sentence = "The cat sat on the mat because it was tired."
+    tokens, weights = model.attentions(sentence)
+    _, q, k, v = model.head_inputs(sentence, 2)
+    with single_threaded_blas():  # as a concurrent request would
+        tokens_held, weights_held = model.attentions(sentence)
+        _, q_held, k_held, v_held = model.head_inputs(sentence, 2)
+    assert tokens_held == tokens
+    np.testing.assert_array_equal(weights_held, weights)
+    for a, b in ((q, q_held), (k, k_held), (v, v_held)):
+        np.testing.assert_array_equal(a, b)

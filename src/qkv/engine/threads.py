@@ -14,6 +14,7 @@ call on its own thread: waiting on the pool from inside the pool would deadlock 
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -56,7 +57,8 @@ def single_threaded_blas():
         if _controller is None:
             _controller = ThreadpoolController()
         if _blas_users == 0:
-            _blas_limit = _controller.limit(limits=1, user_api="blas")
+            with _blas_control():
+                _blas_limit = _controller.limit(limits=1, user_api="blas")
         _blas_users += 1
     try:
         yield
@@ -64,8 +66,49 @@ def single_threaded_blas():
         with _blas_lock:
             _blas_users -= 1
             if _blas_users == 0:
-                _blas_limit.restore_original_limits()
+                with _blas_control():  # perhaps another thread than the one that set it
+                    _blas_limit.restore_original_limits()
                 _blas_limit = None
+
+
+@contextlib.contextmanager
+def _blas_control():
+    """Let this thread change OpenBLAS's thread count, and no thread afterwards in particular.
+
+    threadpoolctl ≥ 3.8 hands OpenBLAS's (process-wide) thread count to the first thread that
+    sets it and silently ignores every other thread's limit until that thread lets go, which
+    only its ``with threadpool_limits(...)`` blocks do. Our limit is shared by threads (set by
+    the first caller in, restored by the last out, under ``_blas_lock``), so each change takes
+    control first and gives it back after — else a request thread of the explorer or a batch
+    thread of ``MiniLM.encode`` would run its GEMMs on threaded BLAS, rounding differently.
+    """
+    try:
+        from threadpoolctl import OpenBLASController
+        release = OpenBLASController.clear_controlling_thread
+    except (ImportError, AttributeError):  # threadpoolctl < 3.8: any thread may set it
+        yield
+        return
+    release(force=True)
+    try:
+        yield
+    finally:
+        release(force=True)
+
+
+def one_blas_thread(fn: Callable) -> Callable:
+    """Decorator: run ``fn`` inside :func:`single_threaded_blas`.
+
+    For what a user looks at (a model's weights in the explorer, a notebook, a test): OpenBLAS's
+    threaded kernels round float32 products differently from its one-thread kernels, and the
+    thread count is process-wide, so without this a look's numbers would change in the last bits
+    with whether a concurrent caller (another request to the explorer) held the BLAS to one
+    thread. The same bits wherever and however often it runs.
+    """
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        with single_threaded_blas():
+            return fn(*args, **kwargs)
+    return wrapper
 
 
 def run(worker: Callable[[int, object], None], items: Sequence, workers: int, *,

@@ -21,14 +21,13 @@ the terminal view (``qkv look --gpt``) and the explorer only draw what these fun
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 import numpy as np
 
 from .. import masks
 from ..engine import api as functional
-from ..engine.threads import single_threaded_blas
+from ..engine.threads import one_blas_thread
 from .gpt import GPT
 
 
@@ -42,19 +41,6 @@ class Look:
     probs: np.ndarray  # (V,) the next character's distribution at `temperature`
     logits: np.ndarray  # (V,) the last position's logits
     temperature: float
-
-
-def _one_blas_thread(fn):
-    """Run ``fn`` with the BLAS on one thread, as training and ``validation_loss`` do: OpenBLAS's
-    threaded kernels round float32 products differently from its one-thread kernels, so without
-    this a prompt's weights would change in the last bits with whether a concurrent caller (another
-    request to the explorer) held the BLAS to one thread. These matrices are small: threads don't
-    speed them up."""
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        with single_threaded_blas():
-            return fn(*args, **kwargs)
-    return wrapper
 
 
 def _prompt(model: GPT, ids) -> np.ndarray:
@@ -82,7 +68,7 @@ def softmax_t(logits: np.ndarray, temperature: float) -> np.ndarray:
     return z / z.sum(axis=-1, keepdims=True)
 
 
-@_one_blas_thread
+@one_blas_thread
 def weights_of(model: GPT, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Every layer's and head's causal weights for ids ``(B, N)``, from
     :func:`qkv.attention_weights` on each block's input: ``(w (B, L, H, N, N), logits
@@ -118,7 +104,7 @@ class HeadRoles:
         return len(self.ids)
 
 
-@_one_blas_thread
+@one_blas_thread
 def head_roles(model: GPT, n_sequences: int = 32, half: int | None = None,
                seed: int = 0) -> HeadRoles:
     """Previous-token and induction scores of every head on ``n_sequences`` random sequences
@@ -149,7 +135,7 @@ class TextRoles:
     n_windows: int
 
 
-@_one_blas_thread
+@one_blas_thread
 def text_roles(model: GPT, ids: np.ndarray, space: int, n_windows: int = 40) -> TextRoles:
     """:class:`TextRoles` on the first ``n_windows`` context-long windows of ``ids`` (a text's
     ids; ``space`` is the id of " ")."""
@@ -205,7 +191,7 @@ class Attribution:
                      + self.embeddings + self.ln_bias)
 
 
-@_one_blas_thread
+@one_blas_thread
 def logit_attribution(model: GPT, ids, char: int | None = None,
                       position: int = -1) -> Attribution:
     """Split the logit of ``char`` (default: the most likely) at ``position`` into what each
@@ -250,7 +236,7 @@ class Step:
     weights: np.ndarray  # (L, H, n) the weights the last query put on the n earlier positions
 
 
-@_one_blas_thread
+@one_blas_thread
 def generate(model: GPT, ids, n: int, temperature: float = 1.0, seed: int | None = 0,
              greedy: bool = False) -> list[Step]:
     """Append ``n`` characters to the prompt ``ids`` one at a time through a KV cache: each
