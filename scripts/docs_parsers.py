@@ -80,15 +80,24 @@ def parse_ring_demo(stdout: str) -> dict:
 
 
 def parse_ring_tcp(stdout: str) -> dict:
-    """``benchmarks/ring_tcp.py``: {N: {"c", "kb", "t", "c_ms", "w", "hidden_gap", "f", "b",
-    "c_star"}} (milliseconds, GFLOP/s, MB/s, as printed)."""
-    rows = {}
-    for m in re.finditer(r"^\s*(\d+)\s+(\d+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+"
-                         r"([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+(yes|no)\s+(\d+)\s*$", stdout, re.M):
-        n, c, kb, t, cm, w, gap, f, b, _, c_star = m.groups()
-        rows[int(n)] = {"c": int(c), "kb": int(kb), "t": float(t), "c_ms": float(cm),
-                        "w": float(w), "gap": float(gap), "f": float(f), "b": float(b),
-                        "c_star": int(c_star)}
+    """``benchmarks/ring_tcp.py``: {N: {"c", "kb", "t", "c_ms", "w", "gap", "f", "b",
+    "c_star"}} (milliseconds, GFLOP/s, MB/s, as printed). Columns are read by their header's
+    names, so a column added to the table (``hops``, ``other_ms``) moves none of these."""
+    names = {"N": "n", "c": "c", "shard_KB": "kb", "T_ms": "t", "C_ms": "c_ms", "W_ms": "w",
+             "max(0,T-C)": "gap", "F_GFLOP/s": "f", "B_MB/s": "b", "c*=4F/B": "c_star"}
+    rows, header = {}, None
+    for line in stdout.splitlines():
+        cells = line.split()
+        if cells[:1] == ["N"] and "T_ms" in cells:
+            header = cells
+            missing = sorted(set(names) - set(header))
+            if missing:
+                raise ValueError(f"benchmarks/ring_tcp.py's table lacks columns {missing}")
+        elif header and len(cells) == len(header) and cells[0].isdigit():
+            row = dict(zip(header, cells, strict=True))
+            values = {key: float(row[col]) for col, key in names.items()}
+            n = int(values.pop("n"))
+            rows[n] = {k: int(v) if k in ("c", "kb", "c_star") else v for k, v in values.items()}
     if not rows:
         raise ValueError(f"benchmarks/ring_tcp.py printed no row:\n{stdout[-2000:]}")
     return rows
