@@ -101,19 +101,23 @@ def _flat(a: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(a).reshape(-1)
 
 
+def _elementwise(loop32, loop64, *arrays: np.ndarray) -> np.ndarray:
+    """A new array of ``arrays[0]``'s shape and dtype, written by the float32 or float64 loop
+    (``loop(*flat inputs, flat out)``); the inputs share one shape and one dtype."""
+    out = np.empty(arrays[0].shape, dtype=arrays[0].dtype)
+    loop = loop32 if arrays[0].dtype == np.float32 else loop64
+    loop(*(_flat(a) for a in arrays), out.reshape(-1))
+    return out
+
+
 def gelu_tanh(x: np.ndarray) -> np.ndarray:
     """GPT-2's GELU of a float32 or float64 array (any shape); a new array of x's dtype."""
-    out = np.empty(x.shape, dtype=x.dtype)
-    (_gelu32 if x.dtype == np.float32 else _gelu64)(_flat(x), out.reshape(-1))
-    return out
+    return _elementwise(_gelu32, _gelu64, x)
 
 
 def gelu_tanh_backward(x: np.ndarray, dy: np.ndarray) -> np.ndarray:
     """∂loss/∂x for x and dy of one shape and one dtype (float32 or float64)."""
-    out = np.empty(x.shape, dtype=x.dtype)
-    (_gelu_backward32 if x.dtype == np.float32 else _gelu_backward64)(
-        _flat(x), _flat(dy), out.reshape(-1))
-    return out
+    return _elementwise(_gelu_backward32, _gelu_backward64, x, dy)
 
 
 # Numerical Recipes' erfcc: erfc(z) = t exp(−z² + NR0 + t (NR1 + t (NR2 + … + t NR9)))
@@ -171,17 +175,12 @@ def _gelu_erf_backward64(x, dy, out):
 
 def gelu(x: np.ndarray) -> np.ndarray:
     """BERT's exact GELU x Φ(x) of a float32 or float64 array (any shape); a new array."""
-    out = np.empty(x.shape, dtype=x.dtype)
-    (_gelu_erf32 if x.dtype == np.float32 else _gelu_erf64)(_flat(x), out.reshape(-1))
-    return out
+    return _elementwise(_gelu_erf32, _gelu_erf64, x)
 
 
 def gelu_backward(x: np.ndarray, dy: np.ndarray) -> np.ndarray:
     """∂loss/∂x of :func:`gelu` for x and dy of one shape and one dtype (float32 or float64)."""
-    out = np.empty(x.shape, dtype=x.dtype)
-    (_gelu_erf_backward32 if x.dtype == np.float32 else _gelu_erf_backward64)(
-        _flat(x), _flat(dy), out.reshape(-1))
-    return out
+    return _elementwise(_gelu_erf_backward32, _gelu_erf_backward64, x, dy)
 
 
 @njit(nogil=True, fastmath=FLAGS, error_model="numpy", cache=True)
