@@ -279,10 +279,9 @@ def test_batch_attentions_agree_with_single_sentences(model):
         tokens, single = model.attentions(text)
         n = len(tokens)
         assert batch.tokens[b] == tokens
-        # Two float32 runs of six layers, each ~1e-6 from the float64 result (measured up to
-        # 1.06e-6 on sentences like these): ten roundings of a weight ≤ 1 apart (measured
-        # 9.5e-7 with scipy's erf GELU, 1.01e-6 with the compiled one, on this input).
-        assert np.abs(weights[b, :, :, :n, :n] - single).max() < 10 * np.finfo(np.float32).eps
+        # Padding changes the GEMM shapes, so the sums round differently: 7.2e-7 measured with
+        # the BLAS held to one thread in both (1.01e-6 when a held limit was silently ignored).
+        assert np.abs(weights[b, :, :, :n, :n] - single).max() < 1e-6
         assert not weights[b, :, :, :n, n:].any()  # padded keys get exactly 0
 
 
