@@ -3,7 +3,7 @@
     python scripts/check_docs_figures.py                   # every exact figure (~15 min, 2 cores)
     python scripts/check_docs_figures.py recall farback    # some runs, by name
     python scripts/check_docs_figures.py --timings         # and the timings (a quiet machine)
-    python scripts/check_docs_figures.py --timings --long  # and the very slow ones (~70 min more)
+    python scripts/check_docs_figures.py --timings --long  # and the very slow ones (~45 min more)
     python scripts/check_docs_figures.py --timings --update  # rewrite the docs' timings
     python scripts/check_docs_figures.py --list
 
@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="also compare timings, within the stated tolerance (run on a quiet "
                              "machine), and run the runs that only have timings")
     parser.add_argument("--long", action="store_true",
-                        help="also run the very slow runs (about 25 min each)")
+                        help="also run the very slow runs (2–25 min each, ~45 min in all)")
     parser.add_argument("--update", action="store_true",
                         help="rewrite the docs' timings with this run's (implies --timings)")
     parser.add_argument("--keep", type=Path, metavar="DIR",

@@ -744,7 +744,7 @@ RUNS = [
         timings_only=True, benchmark=True),
     Run("gpt-300", "docs/gpt.md", GPT_300, 2.0, gpt_300_cells, timings_only=True,
         benchmark=True),
-    Run("gpt", "docs/gpt.md", GPT, 30.0, gpt_cells, long=True, benchmark=True),
+    Run("gpt", "docs/gpt.md", GPT, 5.5, gpt_cells, long=True, benchmark=True),
     Run("ring-1m", "docs/distributed.md", RING_1M, 25.0, ring_1m_cells, long=True,
         benchmark=True),
 ]
