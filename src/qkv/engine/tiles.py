@@ -77,7 +77,7 @@ class KernelConfig:
 
     - ``tile_q`` query rows per tile (512: a tile's K and V are read once for twice the rows,
       and fewer, larger work items; measured 10–25% faster than 256 on dense, causal and odd
-      sizes, for 2 × 512 × 1024 × 4 B = 4 MiB more scratch on 2 workers);
+      sizes, for a 2 MiB score tile per worker instead of 1 MiB);
       ``tile_k`` keys per tile under a mask (smaller: less
       wasted in partial tiles); ``tile_k_unmasked`` keys per tile without one — and the widest
       key tile a run of FULL tiles of one query tile is merged into (fewer, larger GEMMs).

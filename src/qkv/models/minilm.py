@@ -24,7 +24,6 @@ import numpy as np
 
 from .. import masks
 from ..engine import threads
-from ..engine.threads import one_blas_thread
 from ..engine.tiles import cpu_workers
 from ..nn import Embedding, LayerNorm, Linear, MultiHeadAttention, gelu
 from .files import WEIGHTS, check_files, read_config, wheel_folder
@@ -184,7 +183,7 @@ class MiniLM:
         """Token ids ``(B, N)`` padded to the longest sentence, truncated at 256 tokens."""
         return self.tokenizer(_sentences(sentences))
 
-    @one_blas_thread  # the same bits whatever runs beside it (see the decorator)
+    @threads.one_blas_thread  # the same bits whatever runs beside it (see the decorator)
     def hidden_states(self, batch: Batch) -> np.ndarray:
         """The last layer's token vectors ``(B, N, d_model)`` (padded positions included)."""
         x = self.embeddings(batch.ids)  # (B, N, d)
@@ -228,7 +227,7 @@ class MiniLM:
         return out / np.maximum(norms, np.float32(1e-12))  # torch's F.normalize eps
 
     # -- what the views read ------------------------------------------------------------------
-    @one_blas_thread  # the same bits whatever runs beside it (see the decorator)
+    @threads.one_blas_thread  # the same bits whatever runs beside it (see the decorator)
     def batch_attentions(self, sentences: list[str]) -> tuple[Batch, np.ndarray]:
         """The padded batch and every head's weights ``(B, n_layers, n_heads, N, N)``.
 
@@ -244,7 +243,7 @@ class MiniLM:
             x = layer(x, mask)
         return batch, np.stack(weights, axis=1)  # (B, L, H, N, N)
 
-    @one_blas_thread  # the same bits whatever runs beside it (see the decorator)
+    @threads.one_blas_thread  # the same bits whatever runs beside it (see the decorator)
     def attentions(self, sentence: str) -> tuple[list[str], np.ndarray]:
         """Tokens and every head's weights ``(n_layers, n_heads, n, n)`` for one sentence.
 
@@ -259,7 +258,7 @@ class MiniLM:
             x = layer(x)
         return batch.tokens[0], np.stack(weights)  # (L, H, n, n)
 
-    @one_blas_thread  # the same bits whatever runs beside it (see the decorator)
+    @threads.one_blas_thread  # the same bits whatever runs beside it (see the decorator)
     def head_inputs(self, sentence: str, layer: int) -> tuple[list[str], np.ndarray, np.ndarray,
                                                                np.ndarray]:
         """Tokens and per-head ``q, k, v`` ``(n_heads, n, d_head)`` entering ``layer``'s attention.
