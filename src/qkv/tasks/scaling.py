@@ -87,14 +87,16 @@ def make_inputs(n: int, d: int, dtype, rng):
     return q, k, v, a, b, c
 
 
-def measure(fn: Callable[[], object], repeats: int, memory: bool = True
-            ) -> tuple[float, int | None]:
+def measure(fn: Callable[[], object], repeats: int, memory: bool = True, *,
+            warm: bool = True) -> tuple[float, int | None]:
     """(best seconds over ``repeats`` calls — one if a call takes over 1 s —, peak bytes, or
     None when ``memory`` is False: tracing allocations costs another call). ``repeats=0``:
     memory only (seconds NaN) — the peak is the same however loaded the machine, the time is
-    not."""
+    not; ``warm``: call once first (the first call of a method compiles and imports, and its
+    peak is not the method's) — once per method is enough, the compiled code does not depend
+    on n."""
     best = math.inf if repeats else math.nan
-    if not repeats:  # the first call compiles and imports: its peak is not the method's
+    if not repeats and warm:
         fn()
     collecting = gc.isenabled()
     if not memory:  # a quick look (the explorer): no full collection per call, none during one
@@ -168,7 +170,8 @@ def run(ns: list[int], d: int, dtype, methods, *, max_seconds: float, naive_max_
                 if t2 * (n / n2) ** max(growth, 1.0) > max_seconds:
                     stopped = f"the call at n={n} would take over {max_seconds} s"
                     break
-            seconds, peak = measure(call(method, make_inputs(n, d, dtype, rng)), repeats)
+            seconds, peak = measure(call(method, make_inputs(n, d, dtype, rng)), repeats,
+                                    warm=not points)
             points.append({"n": n, "seconds": None if math.isnan(seconds) else seconds,
                            "peak_bytes": peak})
             if on_point:
