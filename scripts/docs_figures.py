@@ -507,6 +507,33 @@ def decode_cells(o: Output) -> list[Cell]:
     return cells
 
 
+TILE_BREAKDOWN = "env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/tile_breakdown.py"
+
+
+def tile_breakdown_cells(o: Output) -> list[Cell]:
+    """The first column ("run 1") of the table under the command; the second is a later run."""
+    found = {key: re.search(pattern, o.stdout) for key, pattern in {
+        "score": r"score GEMM\s+[\d.]+ ms\s+([\d.]+) GFLOP/s in the loop,\s+([\d.]+) alone",
+        "pv": r"P·V GEMM\s+[\d.]+ ms\s+([\d.]+) GFLOP/s in the loop,\s+([\d.]+) alone",
+        "step": r"tile step\s+[\d.]+ ms\s+([\d.]+) ns a score \((\d+)% of the loop\)",
+        "qkv": r"qkv.attention, one worker:\s+([\d.]+) ms",
+        "torch": r"torch SDPA, one thread:\s+([\d.]+) ms.*= ([\d.]+)\)"}.items()}
+    missing = [key for key, m in found.items() if m is None]
+    if missing:
+        raise ValueError(f"tile_breakdown.py printed no {missing}: {o.stdout[-500:]}")
+    g = {key: m.groups() for key, m in found.items()}
+    column = "run 1"
+    return [
+        Cell("score GEMM in the loop / the same tile alone", column,
+             f"{g['score'][0]} / {g['score'][1]} GFLOP/s", kind="timing"),
+        Cell("P·V GEMM in the loop / alone", column, f"{g['pv'][0]} / {g['pv'][1]} GFLOP/s",
+             kind="timing"),
+        Cell("tile step", column, f"{g['step'][0]} ns a score, {g['step'][1]}% of the loop",
+             kind="timing"),
+        Cell("`qkv.attention` (one worker) / torch SDPA (one thread)", column,
+             f"{g['qkv'][0]} / {g['torch'][0]} ms = {g['torch'][1]}×", kind="timing")]
+
+
 MINILM = "python benchmarks/minilm.py"
 MINILM_1 = "python benchmarks/minilm.py --torch-threads 1"
 
@@ -729,6 +756,8 @@ RUNS = [
         benchmark=True),
     Run("decode", "docs/training.md", DECODE, 0.2, decode_cells, timings_only=True,
         benchmark=True),
+    Run("tile-breakdown", "benchmarks/README.md", TILE_BREAKDOWN, 0.3, tile_breakdown_cells,
+        timings_only=True, benchmark=True),
     Run("minilm", "docs/minilm.md", MINILM, 1.0, minilm_cells("torch's default threads (2)"),
         timings_only=True, benchmark=True),
     Run("minilm-1", "docs/minilm.md", MINILM_1, 1.0, minilm_cells("`--torch-threads 1`"),

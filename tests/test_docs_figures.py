@@ -18,10 +18,11 @@ import docs_figures
 import docs_parsers
 from docs_figures import RUNS, Cell, Output, by_name, compare, doc_table, execute, update
 
-# The exact figures CI re-measures (scaling-memory: 52 s here, its warm-up call once per method). recall's table is already
-# re-measured by tests/test_train.py (the same command), and farback's equals the shipped JSON
-# (test_the_tables_are_the_shipped_json_of_their_commands); `python scripts/check_docs_figures.py
-# recall farback` re-runs both — kept out of CI for its 15-minute budget.
+# The exact figures CI re-measures (scaling-memory: ~52 s, one warm-up call per method).
+# recall's table is already re-measured by tests/test_train.py (the same command), and farback's
+# equals the shipped JSON (test_the_tables_are_the_shipped_json_of_their_commands);
+# `python scripts/check_docs_figures.py recall farback` re-runs both — kept out of CI for its
+# 15-minute budget.
 CI_RUNS = ["scaling-memory"]
 
 # Real outputs of the benchmarks (short sizes: `--rounds 1`, `--n 4096`, `--steps 20`, …),
