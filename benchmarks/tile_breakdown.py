@@ -32,15 +32,21 @@ def best(fn, rounds: int) -> float:
     return min(times)
 
 
+def positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return int(text)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--n", type=int, default=2048, help="queries = keys (2048)")
-    parser.add_argument("--d", type=int, default=64, help="head dimension (64)")
-    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--n", type=positive, default=2048, help="queries = keys (2048)")
+    parser.add_argument("--d", type=positive, default=64, help="head dimension (64)")
+    parser.add_argument("--rounds", type=positive, default=7)
     args = parser.parse_args(argv)
     n, d = args.n, args.d
     cfg = KernelConfig()
-    tq, tk = cfg.tile_q, cfg.key_tile(masked=False)
+    tq, tk = min(cfg.tile_q, n), min(cfg.key_tile(masked=False), n)
     rng = np.random.default_rng(0)
     q, k, v = (rng.standard_normal((n, d), dtype=np.float32) for _ in range(3))
     q_scaled = q * np.float32(d ** -0.5)
