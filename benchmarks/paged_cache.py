@@ -75,6 +75,7 @@ class Paged:
 
 
 def step_memory(cache, q, k_new, v_new) -> int:
+    qkv.engine.release_scratch()  # the step's tile buffers count, as if allocated afresh
     tracemalloc.start()
     base = tracemalloc.get_traced_memory()[0]
     tracemalloc.reset_peak()

@@ -85,3 +85,66 @@ def test_compiled_exp2_is_accurate_and_flushes_subnormals():
     assert rel.max() < 126 * 2**-24 * 1.5 + 4 * 2**-24
     assert rel[x[normal] > -1].max() < 4 * 2**-24  # near 0, a few ulp
     assert not s[0, 0][~normal].any()  # below 2^-126: exactly 0, never subnormal
+
+
+# -- the score-tile buffers kept between calls (engine/scratch.py) ---------------------------
+def _tiled_inputs(seed, n=700, d=48, heads=3):
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal((1, heads, n, d), dtype=np.float32) for _ in range(3)]
+
+
+def test_tile_buffers_are_kept_bounded_and_released():
+    from qkv.engine.scratch import KEEP_MAX_BYTES
+    from qkv.engine.tiles import cpu_workers
+
+    engine.release_scratch()
+    assert engine.kept_bytes() == 0
+    q, k, v = _tiled_inputs(0)
+    with engine.kernel_config(tile_q=128, tile_k_unmasked=256):
+        out, lse = qkv.attention(q, k, v, mask=qkv.causal(), return_lse=True)
+        qkv.attention_backward(q, k, v, out, lse, np.ones_like(q), mask=qkv.causal())
+    kept = engine.kept_bytes()
+    assert 0 < kept <= cpu_workers() * KEEP_MAX_BYTES
+    assert engine.release_scratch() == kept and engine.kept_bytes() == 0
+
+
+def test_a_kept_buffers_garbage_never_reaches_a_result():
+    # A buffer handed back holds the last call's tile: poison one as a previous call could
+    # leave it (NaN, huge values), and the next call's rows must still be the fresh ones.
+    q, k, v = _tiled_inputs(1)
+    mask, dout = qkv.window(100), np.ones_like(q)
+    engine.release_scratch()
+    with engine.kernel_config(tile_q=128, tile_k_unmasked=256):
+        out, lse = qkv.attention(q, k, v, mask=mask, return_lse=True)
+        # deterministic: dq's per-worker partial sums would otherwise add in any order
+        grads = qkv.attention_backward(q, k, v, out, lse, dout, mask=mask, deterministic=True)
+        for poison in (np.nan, 3e38, -np.inf):
+            engine.release_scratch()
+            with engine.scratch.Scratch() as scratch:
+                for worker in range(4):
+                    scratch.tile(worker, 1024, 512, np.float32)[:] = poison  # ≥ any tile here
+            assert engine.kept_bytes() > 0
+            np.testing.assert_array_equal(qkv.attention(q, k, v, mask=mask), out)
+            again = qkv.attention_backward(q, k, v, out, lse, dout, mask=mask, deterministic=True)
+            for got, want in zip(again, grads, strict=True):
+                np.testing.assert_array_equal(got, want)
+
+
+def test_concurrent_calls_never_share_a_tile_buffer():
+    # Calls from several threads at once (the explorer's request threads do this) each get
+    # their own buffers: every result is bitwise the one the same call gives alone.
+    from concurrent.futures import ThreadPoolExecutor
+
+    problems = [_tiled_inputs(seed) for seed in range(8)]
+    with engine.kernel_config(tile_q=128, tile_k_unmasked=256):
+        alone = [qkv.attention(q, k, v) for q, k, v in problems]
+
+        def run(i):
+            with engine.kernel_config(tile_q=128, tile_k_unmasked=256):
+                return qkv.attention(*problems[i])
+
+        for _ in range(3):
+            with ThreadPoolExecutor(max_workers=4) as pool:
+                together = list(pool.map(run, range(len(problems))))
+            for got, want in zip(together, alone, strict=True):
+                np.testing.assert_array_equal(got, want)

@@ -320,7 +320,11 @@ def measure(case: Case, repeats: int, peers: tuple[str, ...] = ("qkv", "torch", 
             continue
         result.peak_mib[name] = peak_mib(lambda fn=fn, name=name: outputs.__setitem__(name, fn()))
     # NumPy reports its allocations to tracemalloc: for qkv that is exact, where the RSS may
-    # hide allocations that reuse memory freed by earlier cases.
+    # hide allocations that reuse memory freed by earlier cases. The tile buffers qkv keeps
+    # between calls are freed first, so that the peak counts them as a fresh call does.
+    from qkv.engine import release_scratch
+
+    release_scratch()
     tracemalloc.start()
     runners["qkv"]()
     result.peak_mib["qkv"] = tracemalloc.get_traced_memory()[1] / 2**20

@@ -7,6 +7,7 @@ Modules, imports flowing downward only::
     reference   the formula written literally in float64: the oracle
     paged       attention through a paged KV cache's block table (per-sequence lengths)
     kernel      the tiled loops: forward, weights, backward (FlashAttention-2)
+    scratch     the workers' score-tile buffers, a few kept between calls (release_scratch)
     step/       the tile step: online softmax, probabilities, softmax grad (NumPy | compiled)
     tiles       KernelConfig (tile sizes, backend, threads), kernel_config(), TileStats, the
                 tile plan (TilePlan: split partial tiles, merged runs), work_fraction
@@ -20,7 +21,8 @@ Modules, imports flowing downward only::
 The small internal surface for packages above the engine (ring attention, benchmarks, tests)
 is what this module exports: :func:`prepare` (with ``positions=`` for shards), :func:`forward`,
 :func:`backward`, :func:`has_work`, :func:`merge`, :func:`kernel_config` / :class:`KernelConfig`
-and :class:`TileStats`, :func:`block_map`, :func:`work_fraction`, :func:`backend`. Nothing above
+and :class:`TileStats`, :func:`block_map`, :func:`work_fraction`, :func:`backend`,
+:func:`release_scratch` (before measuring a call's peak memory). Nothing above
 the engine needs a private name.
 """
 
@@ -32,6 +34,7 @@ from .kernel import backward, forward, has_work, weights
 from .masks import block_map
 from .merge import merge
 from .problem import Problem, as_array, check_like, prepare
+from .scratch import kept_bytes, release_scratch
 from .shapes import unbroadcast
 from .tiles import KernelConfig, TileStats, blocks, current, has_numba, kernel_config, work_fraction
 from .trace import Trace, explain
@@ -58,9 +61,11 @@ __all__ = [
     "forward",
     "has_numba",
     "has_work",
+    "kept_bytes",
     "kernel_config",
     "merge",
     "prepare",
+    "release_scratch",
     "unbroadcast",
     "weights",
     "work_fraction",

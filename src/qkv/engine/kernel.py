@@ -32,6 +32,7 @@ from . import step as steps
 from . import threads
 from .masks import EMPTY, PARTIAL
 from .problem import Problem
+from .scratch import Scratch
 from .tiles import KernelConfig, TilePlan, blocks, current
 
 __all__ = ["backward", "forward", "forward_pages", "has_work", "weights"]
@@ -101,21 +102,6 @@ def _softcap(p: Problem, s: np.ndarray) -> np.ndarray | None:
     t = s.copy()
     s *= c
     return t
-
-
-class _Scratch:
-    """One worker thread's reusable tile buffer: a fresh 1 MB array per tile costs page faults
-    and cache misses (measured ~10% of the two GEMMs' time at 256 × 1024)."""
-
-    def __init__(self):
-        self._buffers: dict[tuple[int, object], np.ndarray] = {}
-
-    def tile(self, worker_id: int, rows: int, cols: int, dtype) -> np.ndarray:
-        key = (worker_id, np.dtype(dtype))
-        buf = self._buffers.get(key)
-        if buf is None or buf.size < rows * cols:
-            buf = self._buffers[key] = np.empty(rows * cols, dtype=dtype)
-        return buf[: rows * cols].reshape(rows, cols)
 
 
 def _tile_scores(p: Problem, q_scaled, k, b, h, qi, kj, *, keep_tanh=False, out=None):
@@ -248,8 +234,9 @@ def forward(p: Problem, *, with_output: bool = True) -> tuple[np.ndarray | None,
 
 
 def _forward_tiled(p, cfg, step, out, lse) -> None:
-    items, worker = _forward_tiled_work(p, cfg, step, out, lse, _Scratch())
-    _run(p, cfg, worker, items)
+    with Scratch() as scratch:
+        items, worker = _forward_tiled_work(p, cfg, step, out, lse, scratch)
+        _run(p, cfg, worker, items)
 
 
 def _head_rows(p: Problem, which: str):
@@ -368,7 +355,7 @@ def forward_pages(problems: list[Problem]) -> list[tuple[np.ndarray, np.ndarray]
     causal alignment; ``p.pages`` set), in one pool of workers: the tiled forward always — a
     decode step walks its key tiles through the block table, never gathering the cache."""
     cfg = current()
-    scratch = _Scratch()
+    scratch = Scratch()
     results, items, workers = [], [], []
     for p in problems:
         if p.pages is None:
@@ -392,7 +379,8 @@ def forward_pages(problems: list[Problem]) -> list[tuple[np.ndarray, np.ndarray]
         with p.quiet():
             worker(worker_id, item[2])
 
-    threads.run(run, items, cfg.num_workers(work), hold_blas=work > BLAS_HOLD_MIN)
+    with scratch:
+        threads.run(run, items, cfg.num_workers(work), hold_blas=work > BLAS_HOLD_MIN)
     return results
 
 
@@ -736,7 +724,7 @@ def _backward_tiled(p, cfg, step, delta, lse_f, dout_f, deterministic=False, dbi
     items = [(b, hk, k0, k1) for b in range(p.batch_size) for hk in range(p.hkv)
              for k0, k1 in blocks(p.nk, cfg.tile_k)]
 
-    scratch = _Scratch()
+    scratch = Scratch()
 
     def worker(worker_id: int, item) -> None:
         # A stale, huge value in a masked slot may overflow dP = dO Vᵀ there; the step zeroes
@@ -786,7 +774,8 @@ def _backward_tiled(p, cfg, step, delta, lse_f, dout_f, deterministic=False, dbi
                         dq[b, h, q0 + r0: q0 + r1] += _dot(  # dS K: (tr, Dk)
                             dp.T, k_bh[t0:t1], None if bad_k is None else bad_k[t0:t1]) * scale
 
-    _run(p, cfg, worker, items, passes=2.5)
+    with scratch:
+        _run(p, cfg, worker, items, passes=2.5)
     if sums is not None and sum_parts:
         sums += sum(sum_parts.values())
     if not deterministic:

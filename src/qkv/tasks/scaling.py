@@ -119,8 +119,9 @@ def measure(fn: Callable[[], object], repeats: int, memory: bool = True, *,
     # The peak is measured with one worker thread: with more, it depends on how the workers'
     # tiles happen to overlap in time (±0.3 MiB between runs at n = 8,192), and a figure that
     # does not reproduce is not a figure. Each further worker adds its own tile buffers.
-    from qkv.engine import kernel_config
+    from qkv.engine import kernel_config, release_scratch
 
+    release_scratch()  # the tiles a call allocates count, as in a fresh process's first call
     tracemalloc.start()
     try:
         with kernel_config(workers=1):
