@@ -65,10 +65,14 @@ def arrays(n: int, dim: int = 64) -> None:
     out, lse = ring_attention(q, k, v, mask=qkv.causal(), return_lse=True)  # untraced: compiles
     ring_attention_backward(q, k, v, out, lse, dout, mask=qkv.causal())
     del out, lse
+    # Each traced call's tile buffers count as a fresh call allocates them: free the ones
+    # qkv keeps between calls first (qkv.engine.scratch).
+    qkv.engine.release_scratch()
     tracemalloc.start()
     base = tracemalloc.get_traced_memory()[0]
     out, lse = ring_attention(q, k, v, mask=qkv.causal(), return_lse=True)
     forward = tracemalloc.get_traced_memory()[1] - base
+    qkv.engine.release_scratch()
     tracemalloc.reset_peak()
     ring_attention_backward(q, k, v, out, lse, dout, mask=qkv.causal())
     backward = tracemalloc.get_traced_memory()[1] - base

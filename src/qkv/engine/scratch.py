@@ -43,11 +43,12 @@ def kept_bytes() -> int:
 
 
 def _take(size: int, dtype: np.dtype) -> np.ndarray:
-    """A free flat buffer of ``dtype`` with at least ``size`` elements, or a new one."""
+    """The smallest free flat buffer of ``dtype`` with at least ``size`` elements (a small tile
+    must not take the buffer a large one needs), or a new one."""
     with _lock:
-        for i, buf in enumerate(_kept):
-            if buf.dtype == dtype and buf.size >= size:
-                return _kept.pop(i)
+        fits = [i for i, buf in enumerate(_kept) if buf.dtype == dtype and buf.size >= size]
+        if fits:
+            return _kept.pop(min(fits, key=lambda i: _kept[i].size))
     return np.empty(size, dtype=dtype)
 
 
