@@ -22,8 +22,8 @@ The small internal surface for packages above the engine (ring attention, benchm
 is what this module exports: :func:`prepare` (with ``positions=`` for shards), :func:`forward`,
 :func:`backward`, :func:`has_work`, :func:`merge`, :func:`kernel_config` / :class:`KernelConfig`
 and :class:`TileStats`, :func:`block_map`, :func:`work_fraction`, :func:`backend`,
-:func:`release_scratch` (before measuring a call's peak memory). Nothing above
-the engine needs a private name.
+:func:`release_scratch` (before measuring a call's peak memory) and :func:`kept_bytes`.
+Nothing above the engine needs a private name.
 """
 
 import numpy as np

@@ -53,9 +53,10 @@ def _take(size: int, dtype: np.dtype) -> np.ndarray:
 
 
 def _give_back(buffers) -> None:
+    limit = cpu_workers()  # an affinity syscall: once per call, not per buffer under the lock
     with _lock:
         for buf in buffers:
-            if buf.nbytes <= KEEP_MAX_BYTES and len(_kept) < cpu_workers():
+            if buf.nbytes <= KEEP_MAX_BYTES and len(_kept) < limit:
                 _kept.append(buf)
 
 
