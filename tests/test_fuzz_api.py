@@ -3,15 +3,18 @@ fixed-seed run of the fuzzer itself (tests/fuzz_api.py; the long run is document
 
 from __future__ import annotations
 
+import json
 import warnings
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import qkv
 from fuzz_api import FAILING, run, table
 from helpers import BACKEND_PARAMS, grad_atols, output_atol
-from qkv.engine import kernel_config
+from qkv.engine import has_numba, kernel_config
 from qkv.engine.masks import Layout
 
 
@@ -215,3 +218,91 @@ def test_merge_still_merges_exactly():
     out, lse = qkv.attention(q, k[:, :2], v[:, :2], return_lse=True)
     qkv.merge(out, lse, *qkv.attention(q, k[:, 2:], v[:, 2:], return_lse=True))
     np.testing.assert_allclose(out, full, atol=1e-14)
+
+
+# -- issue 36: the edges the independent fuzzer found -----------------------------------------
+# Every rendering of every trace explain returns, zero-size axes included.
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@given(lead=st.sampled_from([(), (2,), (0, 2), (2, 1), (3, 1)]), nq=st.integers(0, 3),
+       nk=st.integers(0, 3), dv=st.integers(0, 2),
+       mask=st.sampled_from(["none", "causal", "documents", "composed"]),
+       dtype=st.sampled_from([np.float16, np.float32, np.float64]))
+def test_every_rendering_of_every_trace_works(lead, nq, nk, dv, mask, dtype):
+    rng = np.random.default_rng(0)
+    lead_kv = (*lead[:-1], 1) if len(lead) == 2 else lead  # (batch, Hq) reads 1 kv head
+    q = rng.standard_normal((*lead, nq, 2)).astype(dtype)
+    k = rng.standard_normal((*lead_kv, nk, 2)).astype(dtype)
+    v = rng.standard_normal((*lead_kv, nk, dv)).astype(dtype)
+    m = {"none": None, "causal": qkv.causal(),
+         "documents": qkv.documents(np.zeros(nq, np.int64), np.zeros(nk, np.int64)),
+         "composed": qkv.causal() | (qkv.window(0, 3) & ~qkv.prefix(1))}[mask]
+    trace = qkv.explain(q, k, v, mask=m)
+    text = str(trace)
+    assert text.startswith(f"Attention trace: {nq} quer")
+    json.dumps(trace.to_dict(), allow_nan=False)
+    assert trace._repr_html_().startswith('<div class="qkv-trace"')
+    if trace.weights.size:
+        assert "<svg" in qkv.show(trace)._repr_html_() or "<img" in qkv.show(trace)._repr_html_()
+    else:  # no weight to draw: said so, naming the shape, never an IndexError
+        with pytest.raises(ValueError, match=r"show: this trace's weights have shape .*"
+                                             r"there is no weight to draw"):
+            qkv.show(trace)
+    if nq and trace.allowed.size == 0 and np.prod(lead, dtype=int):  # planes with no key
+        assert "there are no keys" in text
+    if not np.prod(lead, dtype=int):
+        assert "no batch/head planes" in text
+
+
+def test_the_issue_36_traces_render():
+    """The two traces of the issue, as given (the second with its padding on a batch)."""
+    t1 = qkv.explain(np.zeros((3, 2, 0, 2)), np.zeros((3, 1, 0, 2)), np.zeros((3, 1, 0, 1)),
+                     mask=qkv.documents(np.zeros((1, 0), np.int64)))
+    t2 = qkv.explain(np.ones((1, 2, 31, 8), np.float32), np.zeros((1, 2, 0, 8), np.float32),
+                     np.zeros((1, 2, 0, 8), np.float32), scale=0.001,
+                     mask=qkv.causal() | (qkv.padding([2]) | qkv.window(0, 3)))
+    for t in (t1, t2):
+        assert "· output = weights V" in str(t) and t._repr_html_()
+    assert "there are no queries" in str(t1)
+    assert "there are no keys" in str(t2) and "(no columns: 31 × 0)" in str(t2)
+
+
+# Extreme magnitudes × narrow tiles × dtypes: forward → backward with the forward's own lse,
+# judged against the fuzzer's float64 formula. Warnings are errors here (pyproject), so an
+# overflow in a cast surfaces. Each outcome is correct or a clear error, never the backward
+# refusing the lse its own forward returned.
+EDGE = {np.float16: 6e4, np.float32: 1e17, np.float64: 1e150}
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=list(HealthCheck))
+@given(dtype=st.sampled_from([np.float16, np.float32, np.float64]),
+       shape=st.sampled_from([((6, 9, 3), (3, 16, 3), 0), ((8, 16), (40, 16), 8),
+                              ((2, 5, 4), (2, 7, 4), 2), ((1, 3, 2), (1, 4, 2), 3)]),
+       mag=st.sampled_from([1.0, 1e-3, 0.3]),
+       mask=st.sampled_from([("none",), ("not", ("window", None, 0, None, None)),
+                             ("window", None, 0, None, None), ("window", 1, 1, None, None)]),
+       tiles=st.sampled_from([(1, 1), (2, 1), (3, 2), (512, 512)]),
+       dlse=st.booleans(), dropout=st.sampled_from([0.0, 0.5, 0.9]),
+       deterministic=st.booleans(),
+       backend=st.sampled_from(["numpy", "compiled"] if has_numba() else ["numpy"]),
+       seed_=st.integers(0, 2**16))
+def test_the_backward_takes_its_own_forwards_lse_at_every_scale(
+        dtype, shape, mag, mask, tiles, dlse, dropout, deterministic, backend, seed_):
+    from fuzz_api import FAILING as failing
+    from fuzz_api import Problem, backward_case, classify
+
+    rng = np.random.default_rng(seed_)
+    (qs, ks, dv), top = shape, float(np.finfo(dtype).max)
+
+    def arr(s, m):
+        return np.clip(rng.standard_normal(s) * m, -top, top).astype(dtype)
+
+    two_d = len(qs) == 2
+    pr = Problem(arr(qs, EDGE[dtype] * mag), arr(ks, EDGE[dtype] * mag),
+                 arr((*ks[:-1], dv), 1.0), ("none",) if two_d else mask, None, None, None,
+                 False, dropout, 7)
+    case = backward_case(pr, 0.0, dlse, False, extreme=True, deterministic=deterministic)
+    case.config = dict(tile_q=tiles[0], tile_k=tiles[1], tile_k_unmasked=tiles[1], small=1,
+                       split_min=1, backend=backend)
+    outcome, detail = classify(case)
+    assert outcome not in failing, f"[{outcome}] {case}\n    {detail}"
+    assert "lse does not belong" not in detail, detail

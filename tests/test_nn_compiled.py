@@ -1,8 +1,12 @@
-"""qkv.nn's compiled loops (the qkv[fast] extra) against their NumPy forms and torch: the exact
-(erf) and tanh GELUs to rounding, the AdamW update bit for bit; and which one each entry point
-runs."""
+"""qkv.nn's compiled loops (the qkv[fast] extra) against their NumPy forms and a 40-digit
+reference: the exact (erf) and tanh GELUs to rounding, the AdamW update bit for bit; and which one
+each entry point runs. torch's GELU is measured beside them and reported, never asserted on: a
+peer's accuracy on one CPU's kernels is not qkv's contract (issue 36: torch 2.13's float32 erf
+GELU is 2.47 roundings off at x ≈ −3.389 on an AVX-512 EPYC)."""
 
 from __future__ import annotations
+
+import functools
 
 import numpy as np
 import pytest
@@ -18,11 +22,59 @@ torch = pytest.importorskip("torch")
 X = np.concatenate([np.linspace(-12, 12, 48001), [-1e3, -40.0, -0.0, 0.0, 1e-30, 40.0, 1e3]])
 
 
-def _torch_gelu(x, dy):
-    tx = torch.tensor(x, dtype=torch.float64, requires_grad=True)
-    ty = torch.nn.functional.gelu(tx, approximate="tanh")
-    ty.backward(torch.tensor(dy, dtype=torch.float64))
-    return ty.detach().numpy(), tx.grad.numpy()
+def _gelu_terms(x, form, lib):
+    """GELU and its slope at ``x`` in the arithmetic of ``lib`` (NumPy + scipy, or mpmath)."""
+    if form == "tanh":
+        c = lib.sqrt(2 / lib.pi)
+        u = c * (x + 0.044715 * x**3)
+        t = lib.tanh(u)
+        return x * (1 + t) / 2, (1 + t) / 2 + x * (1 - t * t) * c * (1 + 3 * 0.044715 * x * x) / 2
+    cdf, pdf = lib.ncdf(x), lib.npdf(x)
+    return x * cdf, cdf + x * pdf
+
+
+class _NumpyMath:  # the names _gelu_terms calls, in float64 NumPy and scipy
+    sqrt, pi, tanh = np.sqrt, np.pi, np.tanh
+
+    @staticmethod
+    def ncdf(x):
+        from scipy.special import ndtr
+
+        return ndtr(x)
+
+    @staticmethod
+    def npdf(x):
+        return np.exp(-0.5 * x * x) / np.sqrt(2 * np.pi)
+
+
+@functools.cache
+def _reference(form: str, dtype):
+    """(GELU, its slope) at X rounded to ``dtype``, in a precision well above the dtype's: float64
+    for float32 inputs, mpmath's 30 digits for float64 ones — an oracle independent of any CPU's
+    vectorised tanh, erf or exp (a float64 kernel can be a few float64 roundings off, which
+    is nothing against float32's rounding but all of float64's). ``form``: "tanh" (x·½(1 +
+    tanh u), u = √(2/π)(x + 0.044715 x³)) or "erf" (x Φ(x))."""
+    x = X.astype(dtype).astype(np.float64)  # the inputs the functions see, exactly
+    if dtype != np.float64:
+        with np.errstate(over="ignore", invalid="ignore"):  # x³ of ±1e3 is fine in float64
+            return _gelu_terms(x, form, _NumpyMath)
+    mpmath = pytest.importorskip("mpmath")
+    with mpmath.workdps(30):
+        pairs = [_gelu_terms(mpmath.mpf(float(v)), form, mpmath) for v in x]
+    return (np.array([float(y) for y, _ in pairs]), np.array([float(s) for _, s in pairs]))
+
+
+def _torch_gelu(x, approximate):
+    """torch's GELU of ``x`` in ``x``'s own dtype: the peer's own rounding."""
+    return torch.nn.functional.gelu(torch.tensor(x), approximate=approximate).numpy()
+
+
+def _report_torch(capsys, name, dtype, y, ref, x):
+    """torch beside qkv, in roundings at max(1, |x|): printed, not asserted."""
+    ulps = np.abs(y.astype(np.float64) - ref) / _bound(x, dtype, 1)
+    with capsys.disabled():
+        print(f"\n  {name} {np.dtype(dtype).name}: torch {ulps.max():.2f} roundings off at most "
+              f"(x = {float(x[ulps.argmax()]):.4g}; reported, not asserted)")
 
 
 def _bound(x, dtype, ulps):
@@ -33,12 +85,14 @@ def _bound(x, dtype, ulps):
 
 @needs_numba
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
-def test_compiled_gelu_tanh_equals_numpy_and_torch(dtype):
+def test_compiled_gelu_tanh_equals_numpy_and_the_reference(dtype, capsys):
     from qkv.nn import _compiled
 
     x = X.astype(dtype)
     dy = np.cos(3 * X).astype(dtype)
-    y_ref, dx_ref = _torch_gelu(x.astype(np.float64), dy.astype(np.float64))  # exact inputs
+    y_ref, slope = _reference("tanh", dtype)
+    dx_ref = dy.astype(np.float64) * slope
+    _report_torch(capsys, "tanh GELU", dtype, _torch_gelu(x, "tanh"), y_ref, x)
     fast, slow = _compiled.gelu_tanh(x), activations.numpy_gelu_tanh(x)
     dfast = _compiled.gelu_tanh_backward(x, dy)
     dslow = activations.numpy_gelu_tanh_backward(x, dy)
@@ -65,36 +119,22 @@ def test_gelu_tanh_in_float16_and_mixed_dtypes_takes_numpy():
                                   activations.numpy_gelu_tanh_backward(x, dy))
 
 
-def _exact_gelu(x, dy):
-    """x Φ(x) and dy (Φ(x) + x φ(x)) in float64, from scipy's normal CDF and density."""
-    from scipy.special import ndtr
-
-    pdf = np.exp(-0.5 * x * x) / np.sqrt(2 * np.pi)
-    return x * ndtr(x), dy * (ndtr(x) + x * pdf)
-
-
 @needs_numba
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
-def test_compiled_exact_gelu_is_within_rounding_like_torch(dtype):
+def test_compiled_exact_gelu_is_within_rounding_of_the_reference(dtype, capsys):
     from qkv.nn import _compiled
 
     x = X.astype(dtype)
     dy = np.cos(3 * X).astype(dtype)
-    with np.errstate(over="ignore", invalid="ignore"):  # x·Φ(x) of ±1e3 in float64 is fine
-        y_ref, dx_ref = _exact_gelu(x.astype(np.float64), dy.astype(np.float64))  # exact inputs
+    y_ref, slope = _reference("erf", dtype)
+    dx_ref = dy.astype(np.float64) * slope
     fast, dfast = _compiled.gelu(x), _compiled.gelu_backward(x, dy)
     slow, dslow = activations.numpy_gelu(x), activations.numpy_gelu_backward(x, dy)
-    tx = torch.tensor(x, requires_grad=True)  # torch in the same dtype: the peer's own rounding
-    ty = torch.nn.functional.gelu(tx)  # approximate="none": the erf form
-    ty.backward(torch.tensor(dy))
+    _report_torch(capsys, "erf GELU", dtype, _torch_gelu(x, "none"), y_ref, x)
     assert fast.dtype == slow.dtype == dfast.dtype == dslow.dtype == dtype
-    # measured on X, in roundings at max(1, |x|), forward / backward: float32 compiled
-    # 0.92 / 1.44, scipy 0.81 / 1.15, torch 1.26 / 1.87; float64 at most 1.69 / 2.0
     for name, y, ref, ulps in (("compiled", fast, y_ref, 2), ("numpy", slow, y_ref, 2),
-                               ("torch", ty.detach().numpy(), y_ref, 2),
                                ("compiled backward", dfast, dx_ref, 4),
-                               ("numpy backward", dslow, dx_ref, 4),
-                               ("torch backward", tx.grad.numpy(), dx_ref, 4)):
+                               ("numpy backward", dslow, dx_ref, 4)):
         err = np.abs(y.astype(np.float64) - ref)
         assert (err <= _bound(x, dtype, ulps)).all(), (name, dtype, ulps, float(err.max()))
     np.testing.assert_array_equal(fast[x >= 12], x[x >= 12])  # Φ(x) rounds to exactly 1 there

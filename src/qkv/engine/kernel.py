@@ -24,6 +24,8 @@ and runs of FULL tiles merge into wider ones.
 from __future__ import annotations
 
 import functools
+import itertools
+import math
 
 import numpy as np
 
@@ -301,7 +303,7 @@ def _forward_tiled_work(p, cfg, step, out, lse, scratch):
                 acc[r0:r1] += _dot(s.T, v_tile, _bad_rows(p, v_tile))
         lse_flat[b, h, q0:q1] = _finish(m, row_sum, acc)
         if acc is not None and not direct:
-            out_flat[b, h, q0:q1] = acc
+            _store(out_flat[b, h, q0:q1], acc)
 
     if _decode_group(p):
         return [(b, hk) for b in range(p.batch_size) for hk in range(p.hkv)], _decode_worker(
@@ -345,7 +347,7 @@ def _decode_worker(p, planner, step, q, keys, values, out_flat, lse_flat, scratc
                 acc += _dot(s.T, v_tile, _bad_rows(p, v_tile))  # (G, tk) @ (tk, Dv)
         lse_flat[b, heads, 0] = _finish(m, row_sum, acc)
         if acc is not None:
-            out_flat[b, heads, 0] = acc
+            _store(out_flat[b, heads, 0], acc)
 
     return worker
 
@@ -382,6 +384,14 @@ def forward_pages(problems: list[Problem]) -> list[tuple[np.ndarray, np.ndarray]
     with scratch:
         threads.run(run, items, cfg.num_workers(work), hold_blas=work > BLAS_HOLD_MIN)
     return results
+
+
+def _store(dst: np.ndarray, src: np.ndarray) -> None:
+    """``dst[...] = src``, rounding the compute dtype to the output's (float32 → float16). A
+    value past float16's range becomes inf there, quietly: the API reports it as an error
+    (``check_output``), never as a warning from inside a worker thread."""
+    with np.errstate(over="ignore"):
+        dst[...] = src
 
 
 def _finish(m: np.ndarray, row_sum: np.ndarray, acc: np.ndarray | None) -> np.ndarray:
@@ -471,7 +481,7 @@ def _forward_small(p, cfg, step, out, lse) -> None:
         acc = _planes_dot(p, weights, v_rows)  # (b, Hkv, G, Nq, Dv)
         acc = np.ascontiguousarray(acc).reshape(n * p.hq, p.nq, p.dv)
         _finish(m, row_sum, acc)
-        out_g[rows] = acc.reshape(n, p.hkv, p.group, p.nq, p.dv)
+        _store(out_g[rows], acc.reshape(n, p.hkv, p.group, p.nq, p.dv))
 
     _run(p, cfg, worker, _small_chunks(p))
 
@@ -601,19 +611,33 @@ def backward(p: Problem, out: np.ndarray, lse: np.ndarray, dout: np.ndarray,
     # into the caller's arrays twice, so with ``whole`` they receive the final result at the end.
     direct = into if into is not None and not whole else None
 
-    def run(delta_used, dout_used):
+    def run(delta_used, dout_used, lse_used):
         sums = np.zeros((2, p.batch_size, p.hq, p.nq), dtype=c)  # Σ_j P, Σ_j dS per row
         if dbias is not None:
             dbias[...] = 0
         if path == "small":
-            grads = _backward_small(p, cfg, step, delta_used, lse_f, dout_used, dbias, sums,
+            grads = _backward_small(p, cfg, step, delta_used, lse_used, dout_used, dbias, sums,
                                     direct)
         else:
-            grads = _backward_tiled(p, cfg, step, delta_used, lse_f, dout_used, deterministic,
-                                    dbias, sums, direct)
+            grads = _backward_tiled(p, cfg, step, delta_used, lse_used, dout_used,
+                                    deterministic, dbias, sums, direct)
         return grads, sums
 
-    grads, (psum, dsum) = run(delta, dout_f)
+    grads, (psum, dsum) = run(delta, dout_f, lse_f)
+    lost = _rows_lost(p, lse_f, psum) if whole else None
+    if lost is not None:
+        # Scores so large that the lse's own rounding (or the forward's tiles rounding them
+        # otherwise) is past the exponential's range: exp(s − lse) under- or overflowed. Shift
+        # those rows by their largest score as this backward computes it — bitwise its own, so
+        # the weights are ≤ 1 with a 1 among them — and normalise below (P / ΣP).
+        own = _own_row_max(p, cfg, path)
+        shifted = np.where(lost, own, lse_f)
+        grads, (psum, dsum) = run(delta, dout_f, shifted)
+        with np.errstate(divide="ignore"):  # ΣP = 0: nothing allowed after all, own lse −inf
+            _check_own_lse(p, lse_f, shifted + np.log(np.where(lost, psum, 1)), lost)
+        lse_f = shifted
+        if cfg.stats is not None:
+            cfg.stats.add_path("backward shifted")
     off = _rows_off(p, lse_f, psum) if whole else None  # (B, Hq, Nq) bool, or None
     if off is not None:
         # P' = P / r (r = ΣP): dS' = P'(dP − Δ') = P (dP / r − Δ' / r) and dV = Pᵀ (dO / r),
@@ -622,7 +646,7 @@ def backward(p: Problem, out: np.ndarray, lse: np.ndarray, dout: np.ndarray,
         dlse_f = 0 if dlse is None else dlse.reshape(delta.shape).astype(c)
         fixed = (dsum + delta * psum) / r - dlse_f
         delta = np.where(off, fixed / r, delta)
-        grads, _ = run(delta, dout_f.astype(c) / r[..., None])
+        grads, _ = run(delta, dout_f.astype(c) / r[..., None], lse_f)
         if cfg.stats is not None:
             cfg.stats.add_path("backward renormalised")
     if cfg.stats is not None:
@@ -652,25 +676,93 @@ def _check_into(p: Problem, into) -> None:
                              f"np.ascontiguousarray({name}) (a copy) or a fresh np.zeros")
 
 
+def _lse_rounding(p: Problem, lse: np.ndarray) -> np.ndarray:
+    """How far (in log space, per row) rounding alone can put a recomputed row's weights' sum
+    from 1, for the compute dtype's eps: a sum of Nk exponentials is rounded to ~(Nk + 8)·eps;
+    the lse itself to eps·|lse|; scores |s| ≤ s_bound to (Dk + 8)·eps·s_bound by a GEMM of
+    another shape (the forward's tiles may differ from these)."""
+    eps = float(np.finfo(p.compute).eps)
+    finite = np.where(np.isfinite(lse), lse, 0)
+    return (16 * eps * (1 + np.abs(finite) + np.log(p.nk + 1))
+            + (p.dk + 8) * eps * (1 + _score_bound(p)))
+
+
+def _log_sums(lse: np.ndarray, psum: np.ndarray) -> np.ndarray:
+    """log ΣP per row (0 where the lse is −inf: no key); ΣP of 0 gives −inf, ∞ gives ∞."""
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        return np.where(np.isfinite(lse), np.log(psum), 0.0)
+
+
+def _rows_lost(p: Problem, lse: np.ndarray, psum: np.ndarray) -> np.ndarray | None:
+    """Rows (``(B, Hq, Nq)`` bool, or None) whose recomputed weights left the exponential's
+    useful range — ΣP off 1 by more than half of it, 0 or ∞ included — where the rounding of
+    these scores and this lse could have put them there: the lse cannot place such a row's
+    weights (at |scores| ~ 1e10 in float32 one rounding of the lse is ~1e3), so the backward
+    re-centres it on its own scores. Where rounding could not, :func:`_rows_off` refuses."""
+    half = -0.5 * math.log(float(np.finfo(p.compute).tiny))  # ~44 in float32, ~354 in float64
+    lost = (np.abs(_log_sums(lse, psum)) > half) & (_lse_rounding(p, lse) > half)
+    return lost if lost.any() else None
+
+
+def _check_own_lse(p: Problem, given: np.ndarray, own: np.ndarray, rows: np.ndarray) -> None:
+    """The lse passed in against this backward's own for ``rows``: they may differ by what
+    rounding can make, not more (else the lse belongs to other inputs)."""
+    bound = _lse_rounding(p, given)
+    with np.errstate(invalid="ignore"):  # −inf − (−inf): a row with no key on both sides
+        far = rows & ~(np.abs(given - own) <= bound) & ~(given == own)
+    far &= ~np.isnan(own)  # the caller's NaN score (check_finite=False) stays the caller's
+    if far.any():
+        at = tuple(int(i) for i in np.argwhere(far)[0])
+        raise ValueError(
+            f"lse does not belong to these q, k, mask and bias: row {at[2]} (flat batch {at[0]}, "
+            f"head {at[1]}) has lse {float(given[at]):.6g} but these scores give "
+            f"{float(own[at]):.6g}, past the {float(bound[at]):.3g} rounding could make; pass "
+            "the lse that attention(..., return_lse=True) returned for the same q, k, mask, "
+            "bias, scale and softcap")
+
+
+def _own_row_max(p: Problem, cfg: KernelConfig, path: str) -> np.ndarray:
+    """Each row's largest allowed score ``(B, Hq, Nq)`` as this backward computes it — the
+    same tiles through the same calls, so the very numbers its passes recompute (−inf where
+    nothing is allowed). For rows whose lse cannot place their weights (:func:`_rows_lost`)."""
+    c = p.compute
+    top = np.full((p.batch_size, p.hq, p.nq), -np.inf, dtype=c)
+    if path == "small":
+        for rows in _small_chunks(p):
+            s, allowed = _small_scores(p, rows)  # (b, Hkv, G, Nk, Nq)
+            m = s.max(axis=-2, initial=-np.inf, where=True if allowed is None else allowed)
+            top[rows] = m.reshape(-1, p.hq, p.nq)
+        return top
+    scale = c.type(p.scale)
+    q, k = p.flat(p.q), _in_compute(p, p.k)
+    planner = _plan(p, cfg, cfg.tile_k, cfg.tile_k, align=cfg.tile_k)
+    for b, hk in np.ndindex(p.batch_size, p.hkv):
+        k_bh = k[b, hk].astype(c, copy=False)
+        for (k0, k1), h, (q0, q1) in itertools.product(
+                blocks(p.nk, cfg.tile_k), range(hk * p.group, (hk + 1) * p.group),
+                blocks(p.nq, cfg.tile_q)):
+            q_scaled = q[b, h, q0:q1].astype(c) * scale  # (tq, Dk), as _backward_tiled's
+            for r0, r1, t0, t1, kind, block in planner.tiles(b, h, q0, q1, (k0, k1)):
+                s = _tile_scores(p, q_scaled[r0:r1], k_bh[t0:t1], b, h,
+                                 p.q_pos[q0 + r0: q0 + r1], p.k_pos[t0:t1])  # Sᵀ (tk, tr)
+                allowed = _allowed_t(kind, block)
+                m = s.max(axis=0, initial=-np.inf, where=True if allowed is None else allowed[0])
+                np.maximum(top[b, h, q0 + r0: q0 + r1], m, out=top[b, h, q0 + r0: q0 + r1])
+    return top
+
+
 def _rows_off(p: Problem, lse: np.ndarray, psum: np.ndarray) -> np.ndarray | None:
     """The rows whose recomputed weights sum off 1 by more than the sum's own rounding
     (``(B, Hq, Nq)`` bool), or None if there are none; a ValueError where they are off by more
-    than any rounding of these scores and this lse could make them.
-
-    Bounds (log space, eps of the compute dtype): a sum of Nk exponentials is rounded to
-    ~(Nk + 8)·eps; the lse itself to eps·|lse|; scores |s| ≤ s_bound to (Dk + 8)·eps·s_bound by
-    a GEMM of another shape (the forward's tiles may differ from these).
+    than any rounding of these scores and this lse could make them (:func:`_lse_rounding`).
     """
     eps = float(np.finfo(p.compute).eps)
-    finite = np.isfinite(lse)
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        log_sum = np.where(finite, np.log(psum), 0.0)  # psum 0 → −inf, ∞ → ∞: far off
+    log_sum = _log_sums(lse, psum)
     dev = np.abs(log_sum)
     off = dev > 4 * (p.nk + 8) * eps  # False for NaN (the caller's NaN, check_finite=False)
     if not off.any():
         return None
-    bound = 16 * eps * (1 + np.abs(np.where(finite, lse, 0)) + np.log(p.nk + 1)) + \
-        (p.dk + 8) * eps * (1 + _score_bound(p))
+    bound = _lse_rounding(p, lse)
     far = dev > bound
     if far.any():
         at = tuple(int(i) for i in np.argwhere(far)[0])

@@ -248,6 +248,17 @@ def check_range(arrays: dict[str, np.ndarray], magnitudes: dict[str, float], sca
         )
 
 
+def check_output(x: np.ndarray, name: str, dtype, fix: str) -> None:
+    """Refuse a result that overflowed its output dtype when it was rounded there from the
+    compute dtype (float16 results are computed in float32): an inf that the inputs did not
+    hold is an overflow, never an answer. ``fix`` says what to change."""
+    if np.dtype(dtype).itemsize >= 4 or x.size == 0 or np.isfinite(x).all():
+        return
+    raise ValueError(
+        f"{name} overflows {np.dtype(dtype)}: the float32 result reaches past "
+        f"{float(np.finfo(dtype).max):g}, the largest {np.dtype(dtype)}; {fix}")
+
+
 def _two_d(arrays: dict[str, np.ndarray]) -> bool:
     for name, arr in arrays.items():
         if arr.ndim < 2:
@@ -287,7 +298,12 @@ def _check_shapes(qa, ka, va) -> None:
                 f"k has Nk={nk} positions but v has {nv} (shapes k {ka.shape}, v {va.shape}): "
                 "every key needs a value (axis -2 must match)"
             )
-    if hkv == 0 or hq % hkv:
+    if hkv == 0:
+        raise ValueError(
+            f"k has 0 heads (axis -3 of k {ka.shape}): attention needs at least one key/value "
+            "head; for an empty batch, put the 0 in a batch axis before the heads, e.g. "
+            "(0, H, N, D)")
+    if hq % hkv:
         raise ValueError(
             f"q has {hq} heads but k has {hkv}: the number of query heads must be a multiple of "
             "the key/value heads (grouped-query attention)"

@@ -83,6 +83,12 @@ def as_heads(weights, tokens=None, *, title: str | None = None, allowed=None) ->
     pair (e.g. a causal model's future keys); a Trace carries its own.
     """
     trace = weights if isinstance(weights, Trace) else None
+    if trace is not None and trace.weights.size == 0:
+        nq, nk = trace.weights.shape[-2:]
+        raise ValueError(f"show: this trace's weights have shape {trace.weights.shape} "
+                         f"({nq} quer{'y' if nq == 1 else 'ies'} × {nk} "
+                         f"key{'' if nk == 1 else 's'}): there is no weight to draw; "
+                         "print(trace) shows its steps")
     if trace is not None:
         arr = np.asarray(trace.weights, dtype=np.float64)
         lead = arr.shape[:-3] if arr.ndim > 2 else ()

@@ -51,7 +51,7 @@ def alignment(trace, index) -> str | None:
     no position rule (``trace.positional``), Nq ≥ Nk, a pair breaks the causal rule
     j ≤ i + Nk − Nq, or q0 sees no key past k0."""
     nq, nk = trace.weights.shape[-2:]
-    if not trace.positional or nq >= nk:
+    if not trace.positional or nq == 0 or nq >= nk:
         return None
     allowed = np.atleast_2d(trace.allowed[index])  # (Nq, Nk)
     shift = nk - nq
@@ -80,6 +80,10 @@ def exp_note(trace, index) -> str:
     allowed = np.atleast_2d(trace.allowed[index])
     note = ("softmax subtracts each row's largest allowed score m before e^x (the same weights, "
             "no overflow); weights = e^(x − m) / Σ")
+    if allowed.shape[0] == 0:
+        return note + "; there are no queries, so there are no rows"
+    if allowed.shape[1] == 0:
+        return note + "; there are no keys, so every Σ is 0 and there are no weights"
     if not allowed[0].any():
         return note + "; q0 has no allowed key, so its Σ is 0 and its weights are 0"
     first = [j for j in range(exp.shape[1]) if allowed[0, j]]
@@ -92,6 +96,24 @@ def exp_note(trace, index) -> str:
         note += (f". Unshifted (× e^m = {fmt(factor)}), q0's e^x are {plain}, "
                  f"Σ = {fmt(total[0] * factor)}: the factor cancels in the ratio")
     return note
+
+
+def weights_note(trace, index) -> str:
+    """What the weights' rows sum to, from the allowed pairs: 1, or 0 for a row with no
+    allowed key (then the row is all 0 and its lse is −inf)."""
+    allowed = np.atleast_2d(trace.allowed[index])  # (Nq, Nk)
+    nq = allowed.shape[0]
+    if nq == 0:
+        return "there are no queries, so there are no rows"
+    empty = int((~allowed.any(axis=1)).sum())
+    if empty == 0:
+        return "each row sums to 1" + ("; masked keys get 0" if trace.mask is not None else "")
+    if empty == nq:
+        return ("no query has an allowed key, so every row is 0 (not 1) and every lse is −inf"
+                if nq > 1 else "q0 has no allowed key, so its row is 0 (not 1) and its lse is −inf")
+    rows = "row" if empty == 1 else "rows"
+    return (f"each row with an allowed key sums to 1; {empty} {rows} with no allowed key "
+            f"{'is' if empty == 1 else 'are'} 0 (lse −inf); masked keys get 0")
 
 
 def steps(trace, index) -> list[tuple[str, str, str, np.ndarray]]:
@@ -119,7 +141,7 @@ def steps(trace, index) -> list[tuple[str, str, str, np.ndarray]]:
                     + (f". {why}" if why else ""), "allowed", trace.allowed[index].astype(int)))
     out.append(("e^(scaled − m), m = each row's max; last column Σ", exp_note(trace, index),
                 "exp", np.hstack([exp, exp_sum])))
-    out.append(("weights = softmax(scaled) over the keys", "each row sums to 1; masked keys get 0",
+    out.append(("weights = softmax(scaled) over the keys", weights_note(trace, index),
                 "weights", trace.weights[index]))
     out.append(("output = weights V", "each query's blend of the values", "output",
                 trace.output[index]))
@@ -150,6 +172,8 @@ def text(trace) -> str:
     nq, nk = trace.weights.shape[-2:]
     lines = [f"Attention trace: {nq} quer{'y' if nq == 1 else 'ies'} × {nk} "
              f"key{'' if nk == 1 else 's'}, Dk = {trace.q.shape[-1]}, Dv = {trace.v.shape[-1]}"]
+    if total == 0:
+        lines.append(f"(no batch/head planes: the weights have shape {trace.weights.shape})")
     for index in planes:
         if index:
             lines.append(f"\n── batch/head {index} ──")
@@ -157,9 +181,9 @@ def text(trace) -> str:
             lines.append(f"\nStep {title}   ({note})")
             lines.extend(_text_table(matrix, _rows(kind, title), _columns(kind),
                                      "Σ" if kind == "exp" else None))
-        lse = trace.lse[index]
+        lse = np.atleast_1d(trace.lse[index])
         lines.append("\nlse = log Σ exp(scaled): "
-                     + ", ".join(fmt(x) for x in np.atleast_1d(lse)[:SHOW_ROWS]))
+                     + (", ".join(fmt(x) for x in lse[:SHOW_ROWS]) if lse.size else "(no queries)"))
     if total > len(planes):
         lines.append(f"\n({total - len(planes)} more batch/head planes not shown)")
     return "\n".join(lines)
@@ -170,6 +194,9 @@ def html(trace) -> str:
     planes, total = _planes(trace)
     parts = ['<div class="qkv-trace" style="font-family:monospace;font-size:12px;'
              'max-width:100%;overflow-x:auto">']
+    if total == 0:
+        parts.append(f"<p>(no batch/head planes: the weights have shape "
+                     f"{escape(str(trace.weights.shape))})</p>")
     for index in planes:
         if index:
             parts.append(f"<h4>batch/head {escape(str(index))}</h4>")
@@ -199,12 +226,15 @@ def _text_table(matrix: np.ndarray, rows: str, cols: str, last: str | None = Non
     m, extra = _shown(matrix, last)
     cells = [[fmt(x) if m.dtype.kind == "f" else str(x) for x in row] for row in m]
     labels = [f"{cols}{j}" for j in range(m.shape[1] - len(extra))] + extra
-    width = max([len(c) for row in cells for c in row] + [len(x) for x in labels])
+    width = max([len(c) for row in cells for c in row] + [len(x) for x in labels], default=1)
     header = " " * 5 + " ".join(x.rjust(width) for x in labels)
     body = [f"{rows}{i}".ljust(5) + " ".join(c.rjust(width) for c in row)
             for i, row in enumerate(cells)]
     more = matrix.shape[-1] > SHOW_ROWS or np.atleast_2d(matrix).shape[0] > SHOW_ROWS
-    return [header, *body] + (["  … (truncated for display)"] if more else [])
+    full = np.atleast_2d(matrix).shape
+    empty = ([f"  (no {'rows' if full[0] == 0 else 'columns'}: "
+              f"{full[0]} × {full[1] - len(extra)})"] if 0 in m.shape else [])
+    return [header, *body] + empty + (["  … (truncated for display)"] if more else [])
 
 
 def _html_table(matrix: np.ndarray, rows: str, cols: str, allowed: np.ndarray | None,
