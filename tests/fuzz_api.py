@@ -312,6 +312,12 @@ class Problem:
         allowed = dense_mask(self.mask, batch, hq, nq, nk)
         with np.errstate(all="ignore"):
             raw = np.einsum("bhid,bhjd->bhij", q, ke) * scale
+            if self.softcap is not None:
+                # A pair that reads the caller's inf (check_finite=False) has no defined capped
+                # score: c·tanh(±inf/c) = ±c here, but scaling q first may underflow it to 0 and
+                # 0·inf is NaN — either is the caller's garbage. Such rows are not compared.
+                bad = ~np.isfinite(q).all(-1)[..., :, None] | ~np.isfinite(ke).all(-1)[..., None, :]
+                raw = np.where(bad, np.nan, raw)
             s = raw if self.softcap is None else self.softcap * np.tanh(raw / self.softcap)
             s = s + self.bias_dense(batch, hq, nq, nk)
             if self.score_mod:
@@ -565,8 +571,16 @@ def tolerances(pr: Problem, f):
                                                           k.shape[2])
     qf, kf, vf = (np.where(np.isfinite(x), x, 0) for x in (q, k, v))
     vf = vf.astype(dtype)  # (the helpers read the dtype off v)
-    if pr.softcap is not None:  # |capped scores| ≤ softcap: the bound the weights see
-        qf = np.full((1, 1), np.sqrt(pr.softcap / abs(scale)) if scale else 0.0)
+    if pr.softcap is not None:
+        # The capped score c·tanh(s/c) carries the raw score's rounding times tanh' ≤ 1 — no
+        # smaller where s is moderate, for q·k may cancel terms far larger than itself — and is
+        # never off by more than 2c: the bound the weights see is the smaller of the two (but
+        # at least c, the capped scores' own size). As a (1, 1) q and k, for the helpers.
+        compute = np.dtype(np.float32) if dtype == np.float16 else np.dtype(dtype)
+        raw = abs(scale) * q.shape[-1] * _max(qf) * _max(kf)
+        cap = pr.softcap
+        bound = max(cap, min(raw, 2 * cap / (8 * EPS[compute])))
+        qf = np.full((1, 1), np.sqrt(bound / abs(scale)) if scale else 0.0)
         kf = qf
     # dropout scales the kept weights by 1/(1 − rate): the output's rounding grows with it
     atol_out = output_atol(qf, kf, vf, scale, bias) * max(_max(f["kept"]), 1.0)
@@ -679,7 +693,9 @@ def backward_case(pr: Problem, lse_shift: float, with_dlse: bool, dbias: bool,
                           _max(want_b)))
         return compare(pairs)
 
-    names = ("lse",) if lse_shift else ALL_ARGS
+    # a shifted lse must be refused by naming it; an extreme input may be refused earlier, by
+    # the forward that made the lse (scores past the dtype's range, a float16 output overflow)
+    names = ("lse", *(ALL_ARGS if extreme else ())) if lse_shift else ALL_ARGS
     # the forward's own lse refused would be the backward's mistake
     wrong = () if lse_shift else ("lse does not belong",)
     return Case(f"attention_backward(lse{lse_shift:+g}, dlse={with_dlse}, dbias={dbias}, "

@@ -100,3 +100,37 @@ def grad_atols(q, k, v, dout, scale=None, bias=None) -> tuple[float, float, floa
     return (delta * scale * ds_bound * _max(k),
             delta * scale * ds_bound * _max(q) * nq,
             delta * nq * _max(dout) * dv_)
+
+
+def gelu_reference(x: np.ndarray, form: str) -> tuple[np.ndarray, np.ndarray]:
+    """GELU and its slope at the float64 points ``x``, in mpmath's 30 digits rounded once to
+    float64: an oracle independent of any CPU's vectorised tanh, erf or exp (a peer's float64
+    kernel may be a few float64 roundings off, and differently on another CPU). ``form``:
+    "tanh" (x·½(1 + tanh u), u = √(2/π)(x + 0.044715 x³)) or "erf" (x Φ(x))."""
+    import mpmath
+
+    def one(v):
+        x = mpmath.mpf(float(v))
+        if form == "tanh":
+            c = mpmath.sqrt(2 / mpmath.pi)
+            t = mpmath.tanh(c * (x + mpmath.mpf("0.044715") * x**3))
+            slope = (1 + t) / 2 + x * (1 - t * t) * c * (1 + 3 * mpmath.mpf("0.044715") * x * x) / 2
+            return float(x * (1 + t) / 2), float(slope)
+        return float(x * mpmath.ncdf(x)), float(mpmath.ncdf(x) + x * mpmath.npdf(x))
+
+    with mpmath.workdps(30):
+        pairs = [one(v) for v in np.asarray(x, dtype=np.float64).ravel()]
+    shape = np.shape(x)
+    return (np.array([y for y, _ in pairs]).reshape(shape),
+            np.array([d for _, d in pairs]).reshape(shape))
+
+
+EPS32 = 2.0**-24
+
+
+def beside_peer(peer_err: float, layers: int, scale: float = 1.0) -> float:
+    """qkv's bound against a float64 oracle, from a float32 peer's own distance to the same
+    oracle: four times the peer's (the same arithmetic in another order), but never tighter
+    than float32 through ``layers`` layers (~16 roundings of ``scale`` each) — so a peer that
+    happens to round better on some CPU cannot tighten qkv's bar."""
+    return max(4 * peer_err, 16 * layers * EPS32 * scale) + 8 * EPS32 * scale

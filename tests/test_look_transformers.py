@@ -27,6 +27,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from helpers import beside_peer  # noqa: E402
 from qkv.cli import main  # noqa: E402
 from qkv.models.files import ModelFilesError, wheel_folder  # noqa: E402
 from qkv.models.folder import TransformersFolder  # noqa: E402
@@ -115,7 +116,7 @@ def oracles(folders):
     result = {}
     for kind, folder in folders.items():
         e32, e64 = eager(folder)
-        bounds = np.array([4 * np.abs(a - b).max() + 8 * EPS32 for a, b in zip(e32, e64,
+        bounds = np.array([beside_peer(np.abs(a - b).max(), len(e32)) for a, b in zip(e32, e64,
                                                                                 strict=True)])
         result[kind] = (np.stack(e64), bounds)
     return result
@@ -180,7 +181,7 @@ def test_sliding_window_is_shown_as_its_band(tmp_path):
     i, j = np.arange(12)[:, None], np.arange(12)[None, :]
     assert (result.allowed == ((j <= i) & (j >= i - 3))).all()
     for layer in range(2):
-        bound = 4 * np.abs(e32[layer] - e64[layer]).max() + 8 * EPS32
+        bound = beside_peer(np.abs(e32[layer] - e64[layer]).max(), len(e32))
         assert np.abs(result.weights[layer] - e64[layer]).max() <= bound
 
 
@@ -212,7 +213,7 @@ def test_minilm_folder_through_bertmodel():
     ours = MiniLM.load().attentions(SENTENCE)
     assert ours[0] == result.tokens
     for layer in range(6):
-        bound = 4 * np.abs(e32[layer] - e64[layer]).max() + 8 * EPS32
+        bound = beside_peer(np.abs(e32[layer] - e64[layer]).max(), len(e32))
         assert np.abs(result.weights[layer] - e64[layer]).max() <= bound
         assert np.abs(ours[1][layer] - e64[layer]).max() <= bound
 

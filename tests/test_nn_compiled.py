@@ -11,7 +11,7 @@ import functools
 import numpy as np
 import pytest
 
-from helpers import needs_numba
+from helpers import gelu_reference, needs_numba
 from qkv import nn
 from qkv.nn import activations, optim
 
@@ -22,46 +22,24 @@ torch = pytest.importorskip("torch")
 X = np.concatenate([np.linspace(-12, 12, 48001), [-1e3, -40.0, -0.0, 0.0, 1e-30, 40.0, 1e3]])
 
 
-def _gelu_terms(x, form, lib):
-    """GELU and its slope at ``x`` in the arithmetic of ``lib`` (NumPy + scipy, or mpmath)."""
-    if form == "tanh":
-        c = lib.sqrt(2 / lib.pi)
-        u = c * (x + 0.044715 * x**3)
-        t = lib.tanh(u)
-        return x * (1 + t) / 2, (1 + t) / 2 + x * (1 - t * t) * c * (1 + 3 * 0.044715 * x * x) / 2
-    cdf, pdf = lib.ncdf(x), lib.npdf(x)
-    return x * cdf, cdf + x * pdf
-
-
-class _NumpyMath:  # the names _gelu_terms calls, in float64 NumPy and scipy
-    sqrt, pi, tanh = np.sqrt, np.pi, np.tanh
-
-    @staticmethod
-    def ncdf(x):
-        from scipy.special import ndtr
-
-        return ndtr(x)
-
-    @staticmethod
-    def npdf(x):
-        return np.exp(-0.5 * x * x) / np.sqrt(2 * np.pi)
-
-
 @functools.cache
 def _reference(form: str, dtype):
     """(GELU, its slope) at X rounded to ``dtype``, in a precision well above the dtype's: float64
-    for float32 inputs, mpmath's 30 digits for float64 ones — an oracle independent of any CPU's
-    vectorised tanh, erf or exp (a float64 kernel can be a few float64 roundings off, which
-    is nothing against float32's rounding but all of float64's). ``form``: "tanh" (x·½(1 +
-    tanh u), u = √(2/π)(x + 0.044715 x³)) or "erf" (x Φ(x))."""
+    NumPy (and scipy's Φ) for float32 inputs, 30 digits (helpers.gelu_reference) for float64
+    ones — whose own float64 kernels would be a few of the roundings under test."""
     x = X.astype(dtype).astype(np.float64)  # the inputs the functions see, exactly
-    if dtype != np.float64:
-        with np.errstate(over="ignore", invalid="ignore"):  # x³ of ±1e3 is fine in float64
-            return _gelu_terms(x, form, _NumpyMath)
-    mpmath = pytest.importorskip("mpmath")
-    with mpmath.workdps(30):
-        pairs = [_gelu_terms(mpmath.mpf(float(v)), form, mpmath) for v in x]
-    return (np.array([float(y) for y, _ in pairs]), np.array([float(s) for _, s in pairs]))
+    if dtype == np.float64:
+        return gelu_reference(x, form)
+    with np.errstate(over="ignore", invalid="ignore"):  # x³ of ±1e3 is fine in float64
+        if form == "tanh":
+            c = np.sqrt(2 / np.pi)
+            t = np.tanh(c * (x + 0.044715 * x**3))
+            du = c * (1 + 3 * 0.044715 * x * x)  # ∂u/∂x
+            return x * (1 + t) / 2, (1 + t) / 2 + x * (1 - t * t) * du / 2
+        from scipy.special import ndtr
+
+        pdf = np.exp(-0.5 * x * x) / np.sqrt(2 * np.pi)
+        return x * ndtr(x), ndtr(x) + x * pdf
 
 
 def _torch_gelu(x, approximate):

@@ -184,6 +184,22 @@ def test_per_sequence_masks_and_alibi_on_the_tiled_kernel(backend):
     np.testing.assert_allclose(dense[b], literal)
 
 
+def max_exact_boundaries(max_exact: int, buckets: int, max_distance: int) -> dict[int, int]:
+    """{distance: bucket} for the distances whose log bucket is a whole number before the floor
+    — max_exact + log(d / max_exact) / log(max_distance / max_exact) · (buckets − max_exact) —
+    computed exactly: d = max_exact · r^j with r^(buckets − max_exact) = max_distance /
+    max_exact, kept where d is an integer below max_distance."""
+    from fractions import Fraction
+
+    span, ratio = buckets - max_exact, Fraction(max_distance, max_exact)
+    out = {}
+    for j in range(span):
+        for d in range(max_exact, max_distance):  # d^span == max_exact^span · ratio^j, exactly
+            if Fraction(d, max_exact) ** span == ratio**j:
+                out[d] = max_exact + j
+    return out
+
+
 def test_relative_position_buckets_are_t5s():
     from transformers.models.t5.modeling_t5 import T5Attention
 
@@ -191,8 +207,20 @@ def test_relative_position_buckets_are_t5s():
         for nq, nk in ((300, 300), (1, 50)):
             positions = torch.arange(nk)[None, :] - (torch.arange(nq) + nk - nq)[:, None]
             want = T5Attention._relative_position_bucket(positions, bidirectional=bidirectional)
-            np.testing.assert_array_equal(qkv.relative_position_buckets(
-                nq, nk, bidirectional=bidirectional), want.numpy())
+            got = qkv.relative_position_buckets(nq, nk, bidirectional=bidirectional)
+            # Where the log bucket lands exactly on a boundary (distance = max_exact · 2^(j/2),
+            # so 2·log2(d/8)·… is a whole number), each side's float log rounding decides it:
+            # compared there with exact integer arithmetic instead of with the peer.
+            half = 16 if bidirectional else 32  # buckets on one side; max_exact = half // 2
+            exact_at = max_exact_boundaries(half // 2, half, 128)
+            pos = positions.numpy()
+            d = np.abs(pos) if bidirectional else np.maximum(-pos, 0)  # T5's distance
+            on_boundary = np.isin(d, list(exact_at))
+            np.testing.assert_array_equal(got[~on_boundary], want.numpy()[~on_boundary])
+            offset = (pos > 0) * half if bidirectional else 0
+            exact = np.vectorize(lambda x, at=exact_at: at.get(x, -1))(d)
+            np.testing.assert_array_equal(got[on_boundary], (offset + exact)[on_boundary])
+            assert on_boundary.any()  # the boundaries are there to be checked
 
 
 @pytest.mark.parametrize("backend", BACKEND_PARAMS)

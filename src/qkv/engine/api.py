@@ -21,7 +21,7 @@ import operator
 import numpy as np
 
 from . import kernel, paged
-from .problem import check_like, check_lse, check_output, prepare, require_v
+from .problem import check_like, check_lse, check_narrowing, prepare, require_v
 from .shapes import sum_to_shape, unbroadcast
 
 __all__ = ["MAX_WEIGHT_BYTES", "attention", "attention_backward", "attention_weights",
@@ -102,13 +102,7 @@ def attention(q, k, v, mask=None, bias=None, scale=None, *, return_lse=False, ch
                                softcap=softcap)
     p = prepare(q, k, v, mask, bias, scale, check_finite=check_finite, softcap=softcap,
                 dropout=dropout, dropout_seed=dropout_seed, score_mod=score_mod)
-    out, lse = kernel.forward(p)
-    if p.checked_finite:
-        check_output(out, "the output", p.dtype,
-                     ("its values are blends of v" + (f" scaled by 1/(1 − dropout) = "
-                                                      f"{1 / (1 - p.dropout):.3g}" if p.dropout
-                                                      else "")
-                      + ": pass float32 q, k, v (or rescale v)"))
+    out, lse = kernel.forward(p)  # a float16 output that overflowed is refused there
     out = p.present(out)
     return (out, p.present(lse, -2)) if return_lse else out
 
@@ -226,10 +220,9 @@ def attention_backward(q, k, v, out, lse, dout, mask=None, bias=None, scale=None
                            np.shape(given), p.two_d)
         with np.errstate(over="ignore"):  # an overflow is refused below, not warned about
             narrow = full.astype(p.dtype, copy=False)
-        if p.checked_finite:
-            check_output(narrow, f"the gradient {name}", p.dtype,
-                         "pass float32 q, k, v (the gradients are then float32), or rescale "
-                         "q, k, v or dout")
+        check_narrowing(full, narrow, f"the gradient {name}",
+                        "pass float32 q, k, v (the gradients are then float32), or rescale "
+                        "q, k, v or dout")
         grads.append(narrow)
     if dbias is not None:
         grads.append(sum_to_shape(dbias.reshape(p.out_shape(p.nk)), np.shape(bias)))

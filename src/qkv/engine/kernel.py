@@ -33,7 +33,7 @@ from . import dropout as dropout_rule
 from . import step as steps
 from . import threads
 from .masks import EMPTY, PARTIAL
-from .problem import Problem
+from .problem import Problem, check_narrowing, output_fix
 from .scratch import Scratch
 from .tiles import KernelConfig, TilePlan, blocks, current
 
@@ -303,7 +303,7 @@ def _forward_tiled_work(p, cfg, step, out, lse, scratch):
                 acc[r0:r1] += _dot(s.T, v_tile, _bad_rows(p, v_tile))
         lse_flat[b, h, q0:q1] = _finish(m, row_sum, acc)
         if acc is not None and not direct:
-            _store(out_flat[b, h, q0:q1], acc)
+            _store(p, out_flat[b, h, q0:q1], acc)
 
     if _decode_group(p):
         return [(b, hk) for b in range(p.batch_size) for hk in range(p.hkv)], _decode_worker(
@@ -347,7 +347,7 @@ def _decode_worker(p, planner, step, q, keys, values, out_flat, lse_flat, scratc
                 acc += _dot(s.T, v_tile, _bad_rows(p, v_tile))  # (G, tk) @ (tk, Dv)
         lse_flat[b, heads, 0] = _finish(m, row_sum, acc)
         if acc is not None:
-            _store(out_flat[b, heads, 0], acc)
+            _store(p, out_flat[b, heads, 0], acc)
 
     return worker
 
@@ -386,12 +386,13 @@ def forward_pages(problems: list[Problem]) -> list[tuple[np.ndarray, np.ndarray]
     return results
 
 
-def _store(dst: np.ndarray, src: np.ndarray) -> None:
+def _store(p: Problem, dst: np.ndarray, src: np.ndarray) -> None:
     """``dst[...] = src``, rounding the compute dtype to the output's (float32 → float16). A
-    value past float16's range becomes inf there, quietly: the API reports it as an error
-    (``check_output``), never as a warning from inside a worker thread."""
+    finite value past float16's range is refused by name (:func:`check_narrowing`), never a
+    warning from inside a worker thread nor a silent inf."""
     with np.errstate(over="ignore"):
         dst[...] = src
+    check_narrowing(src, dst, "the output", output_fix(p))
 
 
 def _finish(m: np.ndarray, row_sum: np.ndarray, acc: np.ndarray | None) -> np.ndarray:
@@ -481,7 +482,7 @@ def _forward_small(p, cfg, step, out, lse) -> None:
         acc = _planes_dot(p, weights, v_rows)  # (b, Hkv, G, Nq, Dv)
         acc = np.ascontiguousarray(acc).reshape(n * p.hq, p.nq, p.dv)
         _finish(m, row_sum, acc)
-        _store(out_g[rows], acc.reshape(n, p.hkv, p.group, p.nq, p.dv))
+        _store(p, out_g[rows], acc.reshape(n, p.hkv, p.group, p.nq, p.dv))
 
     _run(p, cfg, worker, _small_chunks(p))
 
@@ -869,9 +870,16 @@ def _backward_tiled(p, cfg, step, delta, lse_f, dout_f, deterministic=False, dbi
     with scratch:
         _run(p, cfg, worker, items, passes=2.5)
     if sums is not None and sum_parts:
-        sums += sum(sum_parts.values())
+        # ΣP ≥ 0 adds up safely; ΣdS of a foreign lse may be +inf in one worker's rows and −inf
+        # in another's: NaN there, quietly — the lse check refuses those rows from ΣP alone
+        with np.errstate(invalid="ignore", over="ignore"):
+            sums += sum(sum_parts.values())
     if not deterministic:
-        dq = sum(dq_parts.values()) if dq_parts else np.zeros((p.batch_size, p.hq, p.nq, p.dk), c)
+        with np.errstate(invalid="ignore", over="ignore"):  # as ΣdS above: a foreign lse's
+            # ±inf parts are refused after this by the lse check; a finite problem's inf is
+            # refused by attention_backward's overflow check — never a warning from here
+            dq = (sum(dq_parts.values()) if dq_parts
+                  else np.zeros((p.batch_size, p.hq, p.nq, p.dk), c))
         return dq, dk, dv
 
     dq = np.zeros((p.batch_size, p.hq, p.nq, p.dk), dtype=c)

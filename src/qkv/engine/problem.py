@@ -248,15 +248,24 @@ def check_range(arrays: dict[str, np.ndarray], magnitudes: dict[str, float], sca
         )
 
 
-def check_output(x: np.ndarray, name: str, dtype, fix: str) -> None:
-    """Refuse a result that overflowed its output dtype when it was rounded there from the
-    compute dtype (float16 results are computed in float32): an inf that the inputs did not
-    hold is an overflow, never an answer. ``fix`` says what to change."""
-    if np.dtype(dtype).itemsize >= 4 or x.size == 0 or np.isfinite(x).all():
+def check_narrowing(wide: np.ndarray, narrow: np.ndarray, name: str, fix: str) -> None:
+    """Refuse a result that overflowed when it was rounded from the compute dtype to the output
+    dtype (float16 results are computed in float32): finite in ``wide``, inf in ``narrow`` is
+    an overflow, never an answer — with ``check_finite=False`` too (an inf or NaN the caller
+    passed in stays non-finite in ``wide`` and is the caller's). ``fix`` says what to change."""
+    if narrow.dtype == wide.dtype or narrow.size == 0 or np.isfinite(narrow).all():
         return
-    raise ValueError(
-        f"{name} overflows {np.dtype(dtype)}: the float32 result reaches past "
-        f"{float(np.finfo(dtype).max):g}, the largest {np.dtype(dtype)}; {fix}")
+    if (np.isfinite(wide) & ~np.isfinite(narrow)).any():
+        dtype = narrow.dtype
+        raise ValueError(
+            f"{name} overflows {dtype}: the {wide.dtype} result reaches past "
+            f"{float(np.finfo(dtype).max):g}, the largest {dtype}; {fix}")
+
+
+def output_fix(p: Problem) -> str:
+    """What to change when the output overflows its dtype (see check_narrowing)."""
+    scaled = (f" scaled by 1/(1 − dropout) = {1 / (1 - p.dropout):.3g}" if p.dropout else "")
+    return f"its values are blends of v{scaled}: pass float32 q, k, v (or rescale v)"
 
 
 def _two_d(arrays: dict[str, np.ndarray]) -> bool:
