@@ -54,8 +54,9 @@ def add_parser(sub) -> None:
     add_induction_parser(sub)
 
 
-INDUCTION_DOC = """``qkv train induction``: an attention-only two-layer model on text with repeats, trained
-until an induction head forms (Olsson et al. 2022) — the phase change, printed as it happens.
+INDUCTION_DOC = """``qkv train induction``: an attention-only two-layer model on text with repeats,
+trained until an induction head forms (Olsson et al. 2022) — the phase change, printed as it
+happens.
 
   qkv train induction --seed 0 --save-weights induction-shakespeare.safetensors
                           the shipped model (src/qkv/tasks/data/induction-shakespeare.safetensors)
