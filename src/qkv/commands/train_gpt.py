@@ -93,7 +93,7 @@ def run_induction(args: argparse.Namespace) -> int:
     from qkv.tasks import corpus as corpus_mod
     from qkv.tasks import induction
 
-    console = Console()
+    console = Console(soft_wrap=True)  # one line per evaluation, also in a log
     path = Path(args.checkpoint)
     if path.is_dir():
         raise SystemExit(f"qkv train induction: --checkpoint {path} is a directory; give a "
@@ -112,8 +112,8 @@ def run_induction(args: argparse.Namespace) -> int:
     c = run.config
     console.print(f"attention-only model: {c.n_layer} layers × {c.n_head} heads, {c.n_embd} "
                   f"wide, context {c.block_size}, {run.model.num_params:,} parameters; windows "
-                  f"of a {induction.MIN_PERIOD}–{induction.MAX_PERIOD}-character segment "
-                  f"repeated (half Shakespeare, half random characters); batch {c.batch}, "
+                  f"of Shakespeare with a chunk of {induction.MIN_LENGTH}–{induction.MAX_LENGTH} "
+                  f"characters repeated (in half of them random characters); batch {c.batch}, "
                   f"AdamW lr {c.lr}, {c.steps} steps, seed {c.seed}", highlight=False)
 
     def on_eval(r, row):

@@ -56,7 +56,8 @@ class GPTEffects(BaseModel):
 
 
 class GPTPromptRoles(BaseModel):
-    previous: list = Field(description="(layers, heads) previous-token score on this prompt")
+    previous: list | None = Field(description="(layers, heads) previous-token score on this "
+                                  "prompt; null for a prompt of one character")
     induction: list | None = Field(description="(layers, heads) induction score on this "
                                    "prompt; null where no character repeats")
     chance_previous: float | None

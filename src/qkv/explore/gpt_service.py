@@ -131,8 +131,9 @@ def predict(prompt: str, temperature: float, ablate=(), kind: str = "zero") -> d
         "effects": {"char": tok.chars[e.char], "p_before": e.p_before, "drop": e.drop.tolist(),
                     "total": e.total_effect.tolist(), "layer_drop": e.layer_drop.tolist(),
                     "kind": e.kind},
-        "prompt_roles": {"previous": _finite(roles["previous"]),
-                         "induction": _finite(roles["induction"]),
+        "prompt_roles": {"previous": _finite(roles["previous"]) if roles["n_previous"] else None,
+                         "induction": _finite(roles["induction"]) if roles["n_induction"]
+                         else None,
                          "chance_previous": _finite(roles["chance_previous"]),
                          "chance_induction": _finite(roles["chance_induction"]),
                          "n_previous": roles["n_previous"], "n_induction": roles["n_induction"]},

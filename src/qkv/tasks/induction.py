@@ -8,14 +8,14 @@ before me was A" into each position, and a layer-1 head uses it to find where A 
 before and copy what came next. This module trains such a model, :class:`qkv.tasks.gpt.GPT`
 with ``mlp=False``, on text with repeats:
 
-- **Data** (:func:`repeat_batch`): each window is a segment of ``period`` characters (drawn
-  uniformly from ``[min_period, max_period]``) repeated until the window is full. Half of the
-  segments are Shakespeare (the shipped corpus's training part), half are uniformly random
-  characters of its alphabet. The period varies, so no fixed offset finds the earlier copy:
-  only the tokens themselves do.
+- **Data** (:func:`repeat_windows`): windows of Shakespeare (the shipped corpus's training
+  part) in which a chunk of 8–20 characters, at a random place, is written again later at a
+  random distance; in half of the windows the chunk is uniformly random characters of the
+  alphabet. The text around it teaches what text teaches (a previous-character head pays off
+  there); the repeat rewards finding the earlier copy by its content, since its distance varies.
 - **Evaluation** every ``eval_every`` steps (:meth:`InductionRun.evaluate`): the loss on fixed
-  held-out windows built the same way from the validation text (``val``; ``copy``: only the
-  positions after the first period, which an induction head can predict), the training-text
+  held-out windows built the same way from the validation text (``val``; ``repeat``: only
+  the positions inside the repeated chunk, which an induction head can predict), the training-text
   loss on the same kind of windows (``train``), and every head's :func:`role_scores
   <qkv.tasks.gpt_watch.role_scores>` on 16 repeated random sequences: the best layer-1
   induction score (``induction``) and the best layer-0 previous-token score (``previous``).
@@ -34,39 +34,54 @@ from .gpt import GPT, GPTConfig, GPTRun, mean_loss
 from .gpt import load as load_gpt
 
 PRETRAINED = Path(__file__).with_name("data") / "induction-shakespeare.safetensors"
-MIN_PERIOD, MAX_PERIOD = 6, 32
+MIN_LENGTH, MAX_LENGTH = 8, 20  # the repeated chunk
 RANDOM_FRACTION = 0.5
 EVAL_WINDOWS = 64
 
 
 def config(**changes) -> GPTConfig:
-    """The recipe: 2 attention-only layers × 4 heads, 64 wide, context 64; batch 16, AdamW at
-    1e-3 (warmup 50, cosine to 1e-4), 1,500 steps, evaluated every 25."""
-    base = dict(n_layer=2, n_head=4, n_embd=64, block_size=64, vocab_size=78, batch=16,
-                steps=1500, lr=1e-3, warmup=50, decay_steps=1500, eval_every=25,
+    """The recipe: 2 attention-only layers × 4 heads, 64 wide, context 48; batch 32, AdamW at
+    3e-3 (warmup 50, cosine to 3e-4 by the last step), 3,000 steps, evaluated every 50."""
+    base = dict(n_layer=2, n_head=4, n_embd=64, block_size=48, vocab_size=78, batch=32,
+                steps=3000, lr=3e-3, warmup=50, decay_steps=3000, eval_every=50,
                 eval_windows=EVAL_WINDOWS, mlp=False, seed=0)
     base.update(changes)
     return GPTConfig(**base)
 
 
 def repeat_windows(data: np.ndarray, rng: np.random.Generator, n: int, block: int,
-                   vocab: int, min_period: int | None = None, max_period: int | None = None,
+                   vocab: int, min_length: int | None = None, max_length: int | None = None,
                    random_fraction: float | None = None
                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``n`` windows of text with repeats: ``(x, y, period)``, x and y ``(n, block)`` (y the
-    next character of x), each row a segment of ``period[r]`` characters repeated. A segment is
-    Shakespeare from ``data`` or (with probability RANDOM_FRACTION) uniform random ids."""
-    lo = MIN_PERIOD if min_period is None else min_period
-    hi = MAX_PERIOD if max_period is None else max_period
+    """``n`` windows of text with a repeat: ``(x, y, copied)``, x and y ``(n, block)`` (y the
+    next character of x) and ``copied (n, block)`` True where y[t] repeats an earlier chunk
+    (after the chunk's first character, so an induction head can predict it).
+
+    Each row is a window of ``data`` (Shakespeare) in which a chunk of ``length`` characters
+    (uniform in [min_length, max_length]) at a random place is written again later, at a random
+    distance; in ``random_fraction`` of the rows the chunk is first replaced by uniformly random
+    ids. The distance varies from the chunk's length to nearly the window, so no fixed offset
+    finds the earlier copy: only its content does."""
+    lo = MIN_LENGTH if min_length is None else min_length
+    hi = MAX_LENGTH if max_length is None else max_length
     frac = RANDOM_FRACTION if random_fraction is None else random_fraction
-    period = rng.integers(lo, hi + 1, n)  # (n,)
-    starts = rng.integers(0, len(data) - hi, n)
+    if not 2 <= lo <= hi or 2 * hi > block + 1:
+        raise ValueError(f"repeat_windows: chunk lengths [{lo}, {hi}] must satisfy 2 ≤ min ≤ "
+                         f"max and 2·max ≤ block + 1 = {block + 1}")
+    starts = rng.integers(0, len(data) - block - 1, n)
+    rows = data[starts[:, None] + np.arange(block + 1)].copy()  # (n, block + 1)
+    length = rng.integers(lo, hi + 1, n)  # (n,)
     random = rng.random(n) < frac
-    noise = rng.integers(0, vocab, (n, hi))
-    seg = np.where(random[:, None], noise, data[starts[:, None] + np.arange(hi)])  # (n, hi)
-    cols = np.arange(block + 1)[None, :] % period[:, None]  # (n, block + 1) position in segment
-    rows = np.take_along_axis(seg, cols, axis=1)  # (n, block + 1)
-    return rows[:, :-1], rows[:, 1:], period
+    copied = np.zeros((n, block), bool)
+    for r in range(n):
+        m = int(length[r])
+        src = int(rng.integers(0, block + 1 - 2 * m + 1))  # room for the copy after it
+        dst = int(rng.integers(src + m, block + 1 - m + 1))
+        if random[r]:
+            rows[r, src: src + m] = rng.integers(0, vocab, m)
+        rows[r, dst: dst + m] = rows[r, src: src + m]
+        copied[r, dst: dst + m - 1] = True  # y[t] = row[t + 1] inside the copy, after its start
+    return rows[:, :-1], rows[:, 1:], copied
 
 
 class InductionRun(GPTRun):
@@ -87,9 +102,9 @@ class InductionRun(GPTRun):
         from .gpt_watch import head_roles
 
         train = mean_loss(self.model, *self.held_out(corpus.train, 1)[:2])
-        x, y, period = self.held_out(corpus.val, 2)
+        x, y, copied = self.held_out(corpus.val, 2)
         val = mean_loss(self.model, x, y)
-        copy = copy_loss(self.model, x, y, period)
+        copy = copy_loss(self.model, x, y, copied)
         roles = head_roles(self.model, n_sequences=16, seed=1)
         row = {"step": self.step, "train": round(train, 5), "val": round(val, 5),
                "repeat": round(copy, 5),
@@ -100,15 +115,14 @@ class InductionRun(GPTRun):
         return row
 
 
-def copy_loss(model: GPT, x: np.ndarray, y: np.ndarray, period: np.ndarray) -> float:
-    """Mean next-character cross-entropy over the positions whose target repeats an earlier
-    character of the window (position t ≥ period − 1): what copying can predict."""
+def copy_loss(model: GPT, x: np.ndarray, y: np.ndarray, copied: np.ndarray) -> float:
+    """Mean next-character cross-entropy over the positions ``copied (n, T)`` whose target
+    repeats an earlier chunk of the window: what copying can predict."""
     from ..nn import log_softmax
 
     logp = log_softmax(model(x).astype(np.float64))  # (n, T, V)
     picked = np.take_along_axis(logp, y[..., None], axis=-1)[..., 0]  # (n, T)
-    later = np.arange(x.shape[1])[None, :] >= period[:, None] - 1  # (n, T)
-    return float(-picked[later].mean())
+    return float(-picked[copied].mean())
 
 
 def load_pretrained() -> tuple[GPT, object, dict]:

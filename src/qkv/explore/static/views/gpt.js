@@ -551,6 +551,12 @@ function renderRoles() {
 /** The same scores on the learner's own prompt, so the list agrees with the pattern shown. */
 function renderPromptRoles() {
   const r = last.prompt_roles;
+  if (r.previous === null) {
+    $("#gpt-promptroles").replaceChildren(el("p", { "data-testid": "gpt-promptrole-sentence" },
+      "A prompt of 1 character has no previous character: type more to measure the heads " +
+      "on it."));
+    return;
+  }
   const set = { previous_token: r.previous, induction: r.induction || r.previous.map((row) =>
     row.map(() => null)) };
   const flat = r.previous.flatMap((row, l) => row.map((v, h) => [v, l, h]))
@@ -559,20 +565,14 @@ function renderPromptRoles() {
   const grid = roleGrid(set, "gpt-promptrole", "on your prompt: previous-token · induction " +
     "score (click a head to open its pattern above)", openHead, [g.layer, g.head]);
   const n = last.chars.length;
-  let sentence;
-  if (n < 2) {
-    sentence = "A prompt of 1 character has no previous character: type more to measure the " +
-      "heads on it.";
-  } else {
-    const [p, l, h] = flat[0];
-    sentence = `On your prompt, L${l}H${h} puts the most weight on the previous character: ` +
+  const [p, l, h] = flat[0];
+  const sentence = `On your prompt, L${l}H${h} puts the most weight on the previous character: ` +
       `${fmt(p, 2)} on average over ${count(n - 1, "character")} (uniform attention would ` +
       `give ${fmt(r.chance_previous, 3)}). ` + (r.induction === null
       ? "No character of the prompt repeats, so no induction score."
       : `Over the ${count(r.n_induction, "character")} that occurred earlier, the highest ` +
         `induction score is ${fmt(Math.max(...r.induction.flat()), 2)} (uniform: ` +
         `${fmt(r.chance_induction, 3)}).`);
-  }
   $("#gpt-promptroles").replaceChildren(grid,
     el("p", { "data-testid": "gpt-promptrole-sentence" }, sentence));
 }
