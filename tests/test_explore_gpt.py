@@ -261,7 +261,8 @@ def test_a_long_prompt_keeps_every_label_in_a_scroll_region(page, phone, shipped
         assert sticky == ["sticky", "sticky"]
         smallest = pg.evaluate("""() => Math.min(...Array.from(document.querySelectorAll(
             '#view-gpt svg text')).filter(t => t.getBBox().width > 0).map(t =>
-            parseFloat(getComputedStyle(t).fontSize) * t.getScreenCTM().a))""")
+            parseFloat(getComputedStyle(t).fontSize) * Math.hypot(t.getScreenCTM().a,
+            t.getScreenCTM().b)))""")
         assert smallest >= 11, f"text of {smallest:.1f} px in view 10"
         region.focus()
         pg.keyboard.press("ArrowDown")  # keyboard-reachable: the region scrolls

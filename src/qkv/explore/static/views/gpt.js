@@ -64,6 +64,7 @@ const generateChannel = new Channel(name, "/api/gpt/generate", renderGeneration)
 const rolesChannel = new Channel(name, "/api/gpt/roles", (data) => {
   roles = data;
   renderRoles();
+  if (induction) renderInduction(); // its first sentence quotes these roles
 });
 const whereChannel = new Channel(name, "/api/gpt/where", (data) => {
   where = data;
@@ -578,16 +579,34 @@ function renderPromptRoles() {
 }
 
 // -- the attention-only model and its phase change --------------------------------------------
+/** What the GPT above has, from its measured roles on the repeated random sequences. */
+function aboveSays() {
+  if (!roles) return "";
+  const r = roles.random, t = induction.threshold; // the library's INDUCTION
+  const flat = r.induction.flatMap((row, l) => row.map((v, h) => [v, l, h]))
+    .sort((a, b) => b[0] - a[0]);
+  const [v, l, h] = flat[0];
+  return v >= t
+    ? `The GPT above has ${count(flat.filter((x) => x[0] >= t).length, "head")} with an ` +
+      `induction score ≥ ${t} (strongest L${l}H${h}, ${fmt(v, 2)}).`
+    : `The GPT above has no induction head: on ${r.what}, its highest induction score is ` +
+      `L${l}H${h}'s ${fmt(v, 3)}, where uniform attention would give ` +
+      `${fmt(r.chance_induction, 3)}.`;
+}
+
 function renderInduction() {
   const d = induction;
   const steps = d.history.map((r) => r.step);
   const xTicks = [0, ...[0.25, 0.5, 0.75, 1].map((f) => Math.round(f * steps[steps.length - 1]))];
-  const x = { label: "training step", domain: [0, steps[steps.length - 1]], ticks: xTicks,
+  // a little room past the last step, so its tick's label is not cut at the edge
+  const x = { label: "training step", domain: [0, 1.04 * steps[steps.length - 1]], ticks: xTicks,
     format: (v) => String(v) };
   const marks = d.phase.step === null ? [] : [{ x: d.phase.step, label: `step ${d.phase.step}` }];
   const maxLoss = Math.max(...d.history.map((r) => r.val));
+  // the charts' own width is the room they have, so their 13 px text is not scaled down
+  const width = Math.max(300, Math.min(520, $("#gpt-induction").clientWidth || 520));
   const loss = lineChart({ testid: "gpt-ind-loss", label: "held-out loss against training step",
-    width: 520, height: 240, x,
+    width, height: 240, x,
     y: { label: "loss (nats)", domain: [0, Math.ceil(maxLoss)], ticks: Array.from(
       { length: Math.ceil(maxLoss) + 1 }, (_, i) => i), format: (v) => String(v) },
     series: [
@@ -597,7 +616,7 @@ function renderInduction() {
         (r) => ({ x: r.step, y: r.repeat, title: `step ${r.step}: ${fmt(r.repeat, 3)}` })) }],
     marks });
   const score = lineChart({ testid: "gpt-ind-score", label: "head scores against training step",
-    width: 520, height: 240, x,
+    width, height: 240, x,
     y: { label: "score", domain: [0, 1], ticks: [0, 0.25, 0.5, 0.75, 1],
       format: (v) => fmt(v, 2) },
     series: [
@@ -629,13 +648,13 @@ function renderInduction() {
     "(click a head for its pattern)", (l, h) => { rolePick.induction = [l, h];
     renderInduction(); }, pick);
   $("#gpt-induction").replaceChildren(
-    el("p", {}, `The model above has no induction head (its grid: every induction score near ` +
-      `uniform). Olsson et al. saw induction heads form in small attention-only models, ` +
+    el("p", { "data-testid": "gpt-ind-intro" }, `${aboveSays()} Olsson et al. saw induction heads form in small attention-only models, ` +
       `suddenly, with two layers: a layer-0 head that reads the previous character feeds a ` +
       `layer-1 head that finds the earlier copy of the current character and reads what came ` +
       `after it. This one has ${d.layers} attention-only layers × ${d.heads} heads, ` +
       `${d.width} wide, ${d.params.toLocaleString("en")} parameters, trained for ${d.steps} ` +
-      `steps (${fmt(d.elapsed, 0)} s on a busy 2-core machine) on windows of text with repeats.`),
+      `steps (${fmt(d.elapsed, 0)} s of training on a shared 2-core machine) on windows of ` +
+      "text with repeats."),
     el("div", { cls: "gpt-ind-charts" }, [loss, score]),
     el("p", {}, ["Reproduce it: ", el("code", { "data-testid": "gpt-ind-command" }, d.command)]),
     el("p", { "data-testid": "gpt-ind-sentence" }, sentence),
