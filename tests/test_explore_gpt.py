@@ -288,7 +288,7 @@ def test_the_induction_model_shows_its_phase_change(page, phone):  # noqa: F811
     said = page.get_by_test_id("gpt-ind-sentence").text_content()
     assert f"at step {ph['step']}" in said and f"{ph['induction_at']:.3f}" in said, said
     assert page.get_by_test_id("gpt-ind-command").text_content() == induction.COMMAND
-    roles = watch.head_roles(model, 16, seed=0)
+    roles = watch.head_roles(model)
     assert page.get_by_test_id("gpt-indrole-sentence").text_content() == \
         watch.roles_sentence(roles)
     assert roles.induction[-1].max() >= watch.INDUCTION  # it has an induction head

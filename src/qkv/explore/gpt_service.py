@@ -226,7 +226,7 @@ def induction() -> dict:
 
     model, tok, meta = load_induction()
     c = model.config
-    roles = watch.head_roles(model, 16, seed=0)
+    roles = watch.head_roles(model)  # as the GPT's: 32 sequences, seed 0
     text = watch.text_roles(model, _validation(), tok.chars.index(" "))
     history = meta["history"]
     phase = ind.phase_change(history)
