@@ -245,8 +245,7 @@ def test_the_gpt_view_shows_qkvs_numbers(page, shipped):  # noqa: F811
     assert_page_clean(page)
 
 
-def test_a_long_prompt_keeps_every_label_in_a_scroll_region(page, phone, shipped):  # noqa: F811
-    model, tok = shipped
+def test_a_long_prompt_keeps_every_label_in_a_scroll_region(page, phone):  # noqa: F811
     long = "KATHARINA.\nI pray you, husband, be not so disquiet; the meat was"[:64]
     for pg in (page, phone):
         _open(pg, {"prompt": long, "layer": 0, "head": 2})
@@ -276,7 +275,7 @@ def test_the_induction_model_shows_its_phase_change(page, phone):  # noqa: F811
     from qkv.tasks import gpt_watch as watch
     from qkv.tasks import induction
 
-    model, tok, meta = induction.load_pretrained()
+    model, _, meta = induction.load_pretrained()
     _open(page)
     history = meta["history"]
     for chart, k, key in (("gpt-ind-score", 0, "induction"), ("gpt-ind-score", 1, "previous"),
