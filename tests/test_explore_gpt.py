@@ -318,12 +318,16 @@ def test_the_api_refuses_what_the_model_cannot_read_in_one_line():
     from qkv.explore import create_app
 
     with TestClient(create_app(), base_url="http://127.0.0.1") as client:
-        for body, expected in (({"prompt": "café"}, "never saw"),
-                               ({"prompt": "a" * 65}, "at most 64 characters"),
-                               ({"prompt": "ab", "temperature": 0}, "equal to 0.01")):
+        for body, expected in (
+                ({"prompt": "café"}, "prompt: it has characters the model never saw (“é”)"),
+                ({"prompt": "a" * 65}, "prompt: it has 65 characters, but the model reads at "
+                                       "most 64: shorten it"),
+                ({"prompt": ""}, "prompt: type at least one character for the model to "
+                                 "continue"),
+                ({"prompt": "ab", "temperature": 0}, "equal to 0.01")):
             r = client.post("/api/gpt/predict", json=body)
             assert r.status_code == 422 and expected in r.json()["detail"], r.json()
-            assert "\n" not in r.json()["detail"].split(": use only")[0]
+            assert "\n" not in r.json()["detail"]
 
 
 # -- the API's ablation, where-it-matters and head roles equal the library's -----------------
@@ -375,7 +379,11 @@ def test_the_api_switches_heads_off_as_the_library_does(client, shipped):
 
 def test_the_api_refuses_a_head_the_model_does_not_have_in_words(client):
     r = client.post("/api/gpt/predict", json={"prompt": "ab", "ablate": [{"layer": 4}]})
-    assert r.status_code == 422 and "layer must be an int in [0, 4)" in r.json()["detail"]
+    assert r.status_code == 422 and r.json()["detail"] == (
+        "ablate: there is no layer 4 to switch off; the model has layers 0–3, each with heads "
+        "0–3")
+    r = client.post("/api/gpt/where", json={"layer": 1, "head": 9})
+    assert r.status_code == 422 and "there is no head 9 of layer 1" in r.json()["detail"]
     r = client.post("/api/gpt/predict", json={"prompt": "ab", "ablation": "half"})
     assert r.status_code == 422
 
@@ -412,3 +420,58 @@ def test_the_api_roles_are_one_definition_on_random_and_real_text(client, shippe
     assert d["text"]["induction"] == text.induction.tolist()
     assert d["random"]["sentence"] == watch.roles_sentence(rand)
     assert d["text"]["sentence"] == watch.roles_sentence(text)
+
+
+@pytest.fixture
+def refusing_page(browser, server_url):  # noqa: F811
+    """A desktop page on which the server's 422 answers (a refused prompt) are expected."""
+    from test_explore_views import DESKTOP, _page
+
+    context, pg, outside, problems = _page(browser, server_url, DESKTOP)
+    yield pg
+    context.close()
+    assert outside == []
+    assert [p for p in problems if "status of 422" not in p] == []
+
+
+def test_the_task_verdict_is_its_oracles_on_degenerate_prompts(refusing_page, shipped):
+    """"Over 90% at T = 1": the ✓ is what the library's own distribution says, for prompts of
+    spaces, one character, a repeated character and ordinary ones, at three temperatures; and
+    the prompt's role sentence never shows a NaN for them."""
+    from qkv.tasks import gpt_watch as watch
+
+    model, tok = shipped
+    page = refusing_page  # noqa: F811
+    _open(page)
+    reached = set()
+    for prompt in ("   ", "R", " ", "aaaa", "MENENIU", "ROMEO.\n", "KATHARINA.\nI"):
+        page.get_by_test_id("gpt-prompt").fill(prompt)
+        page.get_by_test_id("gpt-run").click()
+        idle(page)
+        for t in (1.0, 0.5, 2.0):
+            page.get_by_test_id("gpt-temperature").fill(str(t))
+            idle(page)
+            probs = watch.look(model, tok.encode(prompt), t).probs
+            done = t == 1.0 and probs.max() > 0.9
+            reached.add(done)
+            box = page.get_by_test_id("task-sure")
+            text = box.text_content()
+            assert ("done" in (box.get_attribute("class") or "").split()) == done, (prompt, t)
+            assert text.startswith("✓ " if done else "Not yet: "), (prompt, t, text)
+            if t != 1.0:  # the direction of the change, read from the two probabilities
+                p1 = watch.look(model, tok.encode(prompt), 1.0).probs.max()
+                word = "sharpened" if probs.max() > p1 else "flattened"
+                assert word in text and ("raising" in text) == (t > 1), (prompt, t, text)
+        roles = page.get_by_test_id("gpt-promptrole-sentence").text_content()
+        assert "NaN" not in roles and "−∞" not in roles, (prompt, roles)
+        if len(prompt) == 1:
+            assert roles.startswith("A prompt of 1 character has no previous character"), roles
+    assert reached == {True, False}
+    # an empty prompt: the learner's words, and the old result marked as not this prompt's
+    page.get_by_test_id("gpt-prompt").fill("")
+    page.get_by_test_id("gpt-run").click()
+    idle(page)
+    banner = page.get_by_test_id("error").text_content()
+    assert "prompt: type at least one character for the model to continue" in banner, banner
+    assert page.locator("#view-gpt").get_attribute("data-stale") == "1"
+    assert_page_clean(page)

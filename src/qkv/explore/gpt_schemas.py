@@ -4,12 +4,25 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import AfterValidator, BaseModel, Field
 
 from .schemas import _Strict
 
-Prompt = Annotated[str, Field(min_length=1, max_length=64,
-                              description="characters the model knows; at most its context, 64")]
+CONTEXT = 64  # the shipped GPT's context, in characters
+
+
+def _prompt(text: str) -> str:
+    """The prompt's length, checked in the learner's words (the page's control is "prompt")."""
+    if not text:
+        raise ValueError("type at least one character for the model to continue")
+    if len(text) > CONTEXT:
+        raise ValueError(f"it has {len(text)} characters, but the model reads at most "
+                         f"{CONTEXT}: shorten it")
+    return text
+
+
+Prompt = Annotated[str, AfterValidator(_prompt), Field(
+    description="characters the model knows; 1 to its context, 64")]
 Temperature = Annotated[float, Field(strict=False, ge=0.01, le=10.0, allow_inf_nan=False,
                                      description="softmax temperature T (logits / T), "
                                                  "0.01 ≤ T ≤ 10")]

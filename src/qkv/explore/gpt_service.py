@@ -53,10 +53,13 @@ def load_induction():
 
 
 def _ids(tok, prompt: str, context: int) -> np.ndarray:
-    try:
-        ids = tok.encode(prompt)
-    except ValueError as exc:
-        raise InputError(f"prompt: {exc}") from None
+    unknown = sorted(set(prompt) - set(tok.chars))
+    if unknown:
+        shown = ", ".join(f"“{c}”" for c in unknown[:5])
+        raise InputError(f"prompt: it has characters the model never saw ({shown}); use the "
+                         "letters, digits, punctuation, spaces and newlines of the Shakespeare "
+                         "text it learned from")
+    ids = tok.encode(prompt)
     if ids.size == 0:
         raise InputError("prompt: write at least one character")
     if ids.size > context:
@@ -99,6 +102,18 @@ def _effects(prompt: str, kind: str):
     return watch.head_effects(model, ids, kind=kind, means=means() if kind == "mean" else None)
 
 
+def _switch(model, layer: int, head: int | None, kind: str):
+    """An :class:`~qkv.tasks.gpt_watch.Ablation`, or a 422 in the learner's words."""
+    from qkv.tasks import gpt_watch as watch
+
+    c = model.config
+    if not 0 <= layer < c.n_layer or (head is not None and not 0 <= head < c.n_head):
+        what = f"layer {layer}" if head is None else f"head {head} of layer {layer}"
+        raise InputError(f"ablate: there is no {what} to switch off; the model has layers "
+                         f"0–{c.n_layer - 1}, each with heads 0–{c.n_head - 1}")
+    return watch.Ablation(layer, head, kind).check(model)
+
+
 def predict(prompt: str, temperature: float, ablate=(), kind: str = "zero") -> dict:
     """The prompt's characters, every head's causal weights, the next-character bars (before
     and after switching off ``ablate``: ``(layer, head or None)`` pairs), the heads' direct
@@ -108,10 +123,7 @@ def predict(prompt: str, temperature: float, ablate=(), kind: str = "zero") -> d
 
     model, tok = load()
     ids = _ids(tok, prompt, model.config.block_size)
-    try:
-        ablations = [watch.Ablation(layer, head, kind).check(model) for layer, head in ablate]
-    except ValueError as exc:
-        raise InputError(str(exc)) from None
+    ablations = [_switch(model, layer, head, kind) for layer, head in ablate]
     seen = watch.look(model, ids, temperature)
     a = watch.logit_attribution(model, ids)
     e = _effects(prompt, kind)
@@ -191,10 +203,7 @@ def where(layer: int, head: int, kind: str = "zero") -> dict:
     from qkv.tasks import gpt_watch as watch
 
     model, tok = load()
-    try:
-        watch.Ablation(layer, head, kind).check(model)
-    except ValueError as exc:
-        raise InputError(str(exc)) from None
+    _switch(model, layer, head, kind)
     prompts = watch.candidate_prompts(_validation(), CANDIDATE_LENGTH, CANDIDATES)
     w = watch.where_heads_matter(model, prompts, kind, means() if kind == "mean" else None,
                                  heads=[(layer, head)])
