@@ -11,23 +11,33 @@ import { COLORS, heat, legend } from "../core/legend.js";
 import { defineState, state, writeURL } from "../core/state.js";
 
 export const name = "gpt";
-const ROLE_SET = ["previous_token", "induction", "chance_previous", "chance_induction", "what",
-  "sentence", "last_space", "example", "example_weights"];
 export const READS = {
-  "/api/gpt/predict": ["chars", "layers", "heads", "context", "weights", "allowed",
-    "temperature", "next.chars", "next.probs", "attribution.char", "attribution.logit",
-    "attribution.heads", "attribution.mlps", "attribution.embeddings", "attribution.biases",
-    "effects.char", "effects.p_before", "effects.drop", "effects.total", "effects.layer_drop",
-    "effects.kind", "prompt_roles.previous", "prompt_roles.induction",
-    "prompt_roles.chance_previous", "prompt_roles.chance_induction", "ablation.labels",
+  "/api/gpt/predict": [
+    "chars", "layers", "heads", "context", "weights", "allowed", "temperature", "next.chars",
+    "next.probs", "attribution.char", "attribution.logit", "attribution.heads",
+    "attribution.mlps", "attribution.embeddings", "attribution.biases", "effects.char",
+    "effects.p_before", "effects.drop", "effects.total", "effects.layer_drop", "effects.kind",
+    "prompt_roles.previous", "prompt_roles.induction", "prompt_roles.chance_previous",
+    "prompt_roles.chance_induction", "prompt_roles.n_induction", "ablation.labels",
     "ablation.kind", "ablation.after", "ablation.top.chars", "ablation.top.probs"],
-  "/api/gpt/generate": ["prompt", "chars", "probs", "weights", "context"],
-  "/api/gpt/roles": [...ROLE_SET.map((k) => `random.${k}`), ...ROLE_SET.map((k) => `text.${k}`)],
-  "/api/gpt/where": ["layer", "head", "kind", "prompt", "char", "drop", "n_candidates", "length"],
-  "/api/gpt/induction": ["layers", "heads", "width", "context", "params", "steps", "elapsed",
-    "history", "phase.step", "phase.induction_at", "phase.steepest_from", "phase.steepest_to",
-    "phase.repeat_from", "phase.repeat_to", "threshold", "command",
-    ...ROLE_SET.map((k) => `random.${k}`), ...ROLE_SET.map((k) => `text.${k}`)],
+  "/api/gpt/generate": [
+    "prompt", "chars", "probs", "weights", "context"],
+  "/api/gpt/roles": [
+    "random.previous_token", "random.induction", "random.chance_previous",
+    "random.chance_induction", "random.what", "random.sentence", "random.last_space",
+    "random.example", "random.example_weights", "random.source", "text.previous_token",
+    "text.induction", "text.chance_previous", "text.chance_induction", "text.what",
+    "text.sentence", "text.last_space", "text.example", "text.example_weights", "text.source"],
+  "/api/gpt/where": [
+    "layer", "head", "kind", "prompt", "char", "drop", "n_candidates", "length"],
+  "/api/gpt/induction": [
+    "layers", "heads", "width", "context", "params", "steps", "elapsed", "history.step",
+    "history.val", "history.repeat", "history.induction", "history.previous", "phase.step",
+    "phase.induction_at", "phase.steepest_from", "phase.steepest_to", "phase.repeat_from",
+    "phase.repeat_to", "threshold", "command", "random.previous_token", "random.induction",
+    "random.chance_previous", "random.chance_induction", "random.what", "random.sentence",
+    "random.last_space", "random.example", "random.example_weights", "random.source",
+    "text.sentence"],
 };
 
 // off: what is switched off, "L.H" for a head, "L" for a layer's whole attention
