@@ -256,18 +256,52 @@ def test_attention_only_gradients_match_finite_differences():
     assert np.all(a.mlps == 0) and abs(a.total - a.logit) < 1e3 * F64 * max(1, abs(a.logit))
 
 
-def test_repeat_windows_are_periodic_and_phase_change_reads_the_history():
-    data = np.arange(1000) % 50
+def test_repeat_windows_hold_a_chunk_written_again_and_phase_change_reads_the_history():
+    data = np.arange(1000) % 50  # the "text": never repeats within a window of 48
     rng = np.random.default_rng(0)
-    x, y, period = induction.repeat_windows(data, rng, 40, 32, 78)
-    assert x.shape == y.shape == (40, 32) and np.array_equal(x[:, 1:], y[:, :-1])
-    assert period.min() >= induction.MIN_PERIOD and period.max() <= induction.MAX_PERIOD
-    for row, nxt, p in zip(x, y, period, strict=True):
-        full = np.concatenate([row, nxt[-1:]])
-        assert np.array_equal(full[p:], full[:-p])  # a segment of p characters, repeated
+    x, y, copied = induction.repeat_windows(data, rng, 40, 48, 78)
+    assert x.shape == y.shape == copied.shape == (40, 48) and np.array_equal(x[:, 1:], y[:, :-1])
+    distances = set()
+    for row, nxt, mask in zip(x, y, copied, strict=True):
+        full = np.concatenate([row, nxt[-1:]])  # (49,)
+        run = np.flatnonzero(mask)
+        dst, m = int(run[0]), run.size + 1  # y[t] = full[t + 1]: the copy starts at dst
+        assert np.array_equal(run, np.arange(dst, dst + m - 1))
+        assert induction.MIN_LENGTH <= m <= induction.MAX_LENGTH
+        src = [s for s in range(dst - m + 1) if np.array_equal(full[s:s + m], full[dst:dst + m])]
+        assert src, "the chunk at the copy occurs earlier in the window"
+        distances.add(dst - src[-1])
+    assert len(distances) > 10  # no fixed offset finds the earlier copy
+    with pytest.raises(ValueError, match="chunk lengths"):
+        induction.repeat_windows(data, rng, 2, 16, 78, min_length=8, max_length=9)
     history = [{"step": s, "repeat": r, "induction": i} for s, r, i in
                ((0, 3.0, 0.05), (100, 2.9, 0.06), (200, 1.0, 0.5), (300, 0.9, 0.7))]
     ph = induction.phase_change(history)
     assert ph["step"] == 200 and ph["induction_at"] == 0.5
     assert (ph["steepest_from"], ph["steepest_to"]) == (100, 200)
     assert induction.phase_change(history[:2])["step"] is None
+
+
+def test_qkv_train_induction_runs_and_says_what_it_did(tmp_path, capsys):
+    from qkv.cli import main
+
+    weights = tmp_path / "w.safetensors"
+    assert main(["train", "induction", "--steps", "2", "--eval-every", "1", "--checkpoint",
+                 str(tmp_path / "c.safetensors"), "--save-weights", str(weights)]) == 0
+    out = capsys.readouterr().out
+    assert "step 2: loss" in out and "never reached the threshold" in out
+    model, _, meta = gpt.load(weights)
+    assert not model.config.mlp and [r["step"] for r in meta["history"]] == [1, 2]
+    with pytest.raises(SystemExit, match="qkv train induction: GPTConfig: steps must be"):
+        main(["train", "induction", "--steps", "0", "--checkpoint", str(tmp_path / "x")])
+
+
+def test_the_shipped_induction_model_has_the_induction_head_the_docs_describe():
+    model, tok, meta = induction.load_pretrained()
+    roles = watch.head_roles(model)
+    assert roles.induction[1, 0] >= watch.INDUCTION > roles.induction[0].max()
+    assert roles.previous_token[0, 0] == roles.previous_token.max()
+    ph = induction.phase_change(meta["history"])
+    assert ph["step"] == 1700 and meta["step"] == 3000
+    shipped, _ = gpt.load_pretrained()  # and the GPT has none, by the same definition
+    assert watch.head_roles(shipped).induction.max() < watch.INDUCTION

@@ -100,7 +100,9 @@ def run_induction(args: argparse.Namespace) -> int:
                          "file name such as induction.safetensors")
     changes = {"seed": args.seed}
     if args.steps is not None:
-        changes.update(steps=args.steps, decay_steps=args.steps)
+        # a short run warms up over its first 5% at most (the recipe: 50 of 3,000)
+        changes.update(steps=args.steps, decay_steps=args.steps,
+                       warmup=min(induction.config().warmup, max(args.steps, 0) // 20))
     if args.eval_every is not None:
         changes["eval_every"] = args.eval_every
     try:
