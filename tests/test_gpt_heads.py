@@ -297,7 +297,7 @@ def test_qkv_train_induction_runs_and_says_what_it_did(tmp_path, capsys):
 
 
 def test_the_shipped_induction_model_has_the_induction_head_the_docs_describe():
-    model, tok, meta = induction.load_pretrained()
+    model, _, meta = induction.load_pretrained()
     roles = watch.head_roles(model)
     assert roles.induction[1, 0] >= watch.INDUCTION > roles.induction[0].max()
     assert roles.previous_token[0, 0] == roles.previous_token.max()
