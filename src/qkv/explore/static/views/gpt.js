@@ -49,7 +49,16 @@ const $ = (sel) => root.querySelector(sel);
 const VISIBLE = { "\n": "⏎", " ": "␣", "\t": "⇥" };
 const show1 = (c) => VISIBLE[c] || c;
 const pct = (p) => `${fmt(100 * p, 1)}%`;
-const points = (d) => `${d >= 0 ? "−" : "+"}${fmt(Math.abs(100 * d), 1)} points`;
+/** A fall d in probability as a change in percentage points: 0.515 → "−51.5 points". */
+const points = (d) => {
+  const size = fmt(Math.abs(100 * d), 1);
+  return `${Number(size) === 0 ? "" : d > 0 ? "−" : "+"}${size} points`;
+};
+/** "+0.04", "-0.10", and "0.00" for what rounds to zero (no sign on nothing). */
+const signed = (v, digits = 2) => {
+  const s = fmt(v, digits);
+  return s.startsWith("-") || Number(s) === 0 ? s : `+${s}`;
+};
 /** "1 head", "3 heads". */
 const count = (n, one, many = `${one}s`) => `${n} ${n === 1 ? one : many}`;
 let last = null; // the last /api/gpt/predict answer
@@ -273,7 +282,7 @@ function renderNext() {
     ...row.map((v, h) => {
       const b = el("button", { type: "button", "data-testid": `gpt-push-${l}-${h}`,
         "data-value": v, "aria-label": `L${l}H${h} pushes ${fmt(v, 2)}: open its pattern` },
-      `${v >= 0 ? "+" : ""}${fmt(v, 2)}`);
+      signed(v));
       b.addEventListener("click", () => openHead(l, h));
       return el("td", {}, b);
     })]));
@@ -359,7 +368,12 @@ function renderAblation() {
     "Switch everything back on");
   none.disabled = g.off.length === 0;
   none.addEventListener("click", () => { g.off = []; writeURL(); sendPredict(); });
-  $("#gpt-ablate").replaceChildren(table, kinds, none);
+  // the outcome beside the switches too (the bars are above them)
+  const summary = last.ablation ? ablationSentence(last.ablation)
+    : `Everything is on: the most likely next character is “${show1(last.next.chars[0])}”, ` +
+      `${pct(last.next.probs[0])} at T = ${fmt(last.temperature, 2)}.`;
+  $("#gpt-ablate").replaceChildren(table, kinds, none,
+    el("p", { cls: "feedback", "data-testid": "gpt-ablate-summary" }, summary));
 }
 
 /** Which heads matter most for this prompt: each head switched off alone (ablation: the total
