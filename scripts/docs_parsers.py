@@ -124,3 +124,27 @@ def parse_bench(path: Path) -> dict:
     """``qkv bench --json PATH``: {case name: result} plus "_run" (the header's figures)."""
     data = json.loads(path.read_text(encoding="utf-8"))
     return {"_run": data, **{r["case"]["name"]: r for r in data["results"]}}
+
+
+def parse_gpt_effects(stdout: str) -> dict:
+    """``qkv look --gpt PROMPT --ablate L.H --effects``: {"switched": (before, after) as
+    printed ("76.5%"), "heads": {"L0H1": (change, direct, total)}} as printed."""
+    # the terminal may wrap the sentence anywhere: any whitespace between its words
+    switched = _search(r"switched off [^\n]*?[\s\S]*?the\s+most\s+likely\s+next\s+character"
+                       r"[\s\S]*?([\d.]+%)\s+→\s+(?:'[^']+'\s+)?([\d.]+%)", stdout,
+                       "qkv look --gpt --ablate")
+    heads = {m.group(1): m.group(2, 3, 4) for m in re.finditer(
+        r"^\s+(L\d+H\d+)\s+([-+][\d.]+)\s+([-+][\d.]+)\s+([-+][\d.]+)\s*$", stdout, re.M)}
+    if not heads:
+        raise ValueError("qkv look --gpt --effects printed no head rows")
+    return {"switched": switched.groups(), "heads": heads}
+
+
+def parse_induction(stdout: str) -> dict:
+    """``qkv train induction``: {"curve": {step: (held-out loss, loss on the repeats,
+    induction, previous-token, seconds)}, "first": (score, step)} as printed."""
+    curve = {int(m.group(1)): m.group(2, 3, 4, 5, 6) for m in re.finditer(
+        r"^step (\d+): loss ([\d.]+) \(held out\), ([\d.]+) on the repeats · induction "
+        r"([\d.]+) · previous-token ([\d.]+) · ([\d.]+) s", stdout, re.M)}
+    first = _search(r"first reached ([\d.]+) at step (\d+)", stdout, "qkv train induction")
+    return {"curve": curve, "first": first.groups()}

@@ -84,8 +84,32 @@ step    20: validation loss (fixed 240 windows) qkv 3.1820  torch 3.1820  ·  s/
 load average at the end: 4.7 (on 2 cores)
 """
 
+GPT_EFFECTS = """switched off L0H1 (zeroed, T = 1): the most likely next character stays '␣': \
+76.5% → 51.7%
+   ␣  76.50% →  51.73%
+each head switched off alone (zero): the fall in p('␣') = 76.5% at T = 1, in percentage points
+  head   change (points)   direct push   total effect
+  L0H0             -18.2         +0.04          +0.74
+  L3H3              +5.2         -0.32          -0.15
+  L0 (all its attention) -75.1
+"""
+INDUCTION = """step 250: loss 3.3964 (held out), 3.5639 on the repeats · induction 0.048 · \
+previous-token 0.103 · 13.3 s
+step 300: loss 3.3816 (held out), 3.5549 on the repeats · induction 0.055 · previous-token 0.151 \
+· 15.6 s
+the induction score first reached 0.384 at step 1700; the loss on the repeats fell most between \
+steps 1750 and 1800 (2.4643 → 2.1658); training time 85.0 s
+"""
+
 
 def test_each_parser_reads_a_real_output_of_its_command():
+    effects = docs_parsers.parse_gpt_effects(GPT_EFFECTS)
+    assert effects["switched"] == ("76.5%", "51.7%")
+    assert effects["heads"] == {"L0H0": ("-18.2", "+0.04", "+0.74"),
+                                "L3H3": ("+5.2", "-0.32", "-0.15")}
+    ind = docs_parsers.parse_induction(INDUCTION)
+    assert ind["curve"][250] == ("3.3964", "3.5639", "0.048", "0.103", "13.3")
+    assert ind["first"] == ("0.384", "1700") and 300 in ind["curve"]
     assert docs_parsers.parse_train_bench(TRAIN_STEP)["step"] == pytest.approx((0.10003, 0.01697,
                                                                                 5.89))
     decode = docs_parsers.parse_train_bench(DECODE)["decode"]
@@ -113,6 +137,7 @@ def test_each_parser_reads_a_real_output_of_its_command():
     ("ring-1m", RING_DEMO, 0), ("ring-tcp", RING_TCP, 0),
     ("ring-tcp-100m", RING_TCP, 5),  # N = 1024 is not a row of the 100 Mbit table
     ("gpt-300", GPT, 0), ("gpt", GPT, 4),  # the table has no step 20
+    ("gpt-effects", GPT_EFFECTS, 0), ("induction", INDUCTION, 0),
     ("tile-breakdown", TILE_BREAKDOWN, 0)])
 def test_every_figure_a_run_measures_has_its_place_in_the_doc(name, stdout, misplaced):
     """Each cell finds its table cell or prose figure (the values differ: short runs)."""

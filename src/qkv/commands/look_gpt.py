@@ -31,6 +31,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "showing what each head read")
     g.add_argument("--roles", action="store_true",
                    help="with --gpt: every head's previous-token and induction scores")
+    g.add_argument("--induction", action="store_true",
+                   help="with --gpt: the shipped attention-only model that grew an induction "
+                        "head (qkv train induction) instead of the GPT")
+    g.add_argument("--ablate", metavar="L.H,L", default="",
+                   help="with --gpt: switch off these heads (layer.head) or whole layers' "
+                        "attention (layer) and show the next-character bars before → after")
+    g.add_argument("--mean", action="store_true",
+                   help="with --ablate/--effects: replace the output by its mean over 40 "
+                        "windows of the validation text instead of zero")
+    g.add_argument("--effects", action="store_true",
+                   help="with --gpt: switch off every head in turn; the fall in the predicted "
+                        "character's probability, beside each head's direct push (attribution)")
+    g.add_argument("--where", action="store_true",
+                   help="with --gpt: for every head, the prompt (of 96 windows of the "
+                        "validation text) where switching it off matters most")
 
 
 def label(ch: str) -> str:
@@ -53,9 +68,16 @@ def run(args: argparse.Namespace) -> int:
         return _fail(f"no checkpoint at {args.checkpoint!r}; train one with `qkv train gpt "
                      f"--checkpoint {args.checkpoint}`, or leave out --checkpoint for the "
                      "shipped model")
+    if args.induction and args.checkpoint:
+        return _fail("--induction looks at the shipped attention-only model; leave out "
+                     "--checkpoint (or give the checkpoint without --induction)")
     try:
         if args.checkpoint:
             model, tok, _ = gpt.load(args.checkpoint)
+        elif args.induction:
+            from qkv.tasks import induction
+
+            model, tok, _ = induction.load_pretrained()
         else:
             model, tok = gpt.load_pretrained()
     except (OSError, ValueError) as exc:
@@ -69,8 +91,18 @@ def run(args: argparse.Namespace) -> int:
         ids = tok.encode(args.sentence)
         seen = watch.look(model, ids, args.temperature)
         steps = watch.generate(model, ids, args.generate, args.temperature, seed=0)
+        kind = "mean" if args.mean else "zero"
+        ablations = [_ablation(part, kind) for part in args.ablate.split(",") if part.strip()]
+        for a in ablations:
+            a.check(model)
     except ValueError as exc:
         return _fail(str(exc))
+    means = None
+    if args.mean and (ablations or args.effects or args.where):
+        means = _means(model, tok)
+        if means is None:
+            return _fail("--mean needs the validation text of the model's own characters; "
+                         "this model reads others")
     console = Console()
     chars = [label(ch) for ch in args.sentence]
     console.print(f"[bold]character-level GPT[/bold] on qkv · {c.n_layer} layers × {c.n_head} "
@@ -84,7 +116,18 @@ def run(args: argparse.Namespace) -> int:
     else:
         console.print(fig.terminal(args.layer, args.head))
     _bars(console, tok, seen)
-    _attribution(console, tok, watch.logit_attribution(model, ids))
+    attribution = watch.logit_attribution(model, ids)
+    _attribution(console, tok, attribution)
+    if ablations:
+        _ablated(console, tok, watch.ablate(model, ids, ablations, means, args.temperature))
+    if args.effects:
+        _effects(console, tok, watch.head_effects(model, ids, kind=kind, means=means),
+                 attribution)
+    if args.where:
+        from qkv.tasks.corpus import load as load_corpus
+
+        prompts = watch.candidate_prompts(load_corpus().val, 32, 96)
+        _where(console, tok, watch.where_heads_matter(model, prompts, kind, means))
     if steps:
         _generation(console, tok, args.sentence, steps)
     if args.roles:
@@ -99,6 +142,76 @@ def run(args: argparse.Namespace) -> int:
         _roles(console, watch.head_roles(model),
                watch.text_roles(model, corpus.val, tok.chars.index(" ")) if same else None)
     return 0
+
+
+def _ablation(part: str, kind: str):
+    """"1.2" → head 2 of layer 1; "3" → layer 3's whole attention."""
+    from qkv.tasks.gpt_watch import Ablation
+
+    layer, _, head = part.strip().partition(".")
+    try:
+        return Ablation(int(layer), int(head) if head else None, kind)
+    except ValueError:
+        raise ValueError(f"--ablate takes layer.head or layer, separated by commas (e.g. "
+                         f"0.1,2), got {part.strip()!r}") from None
+
+
+def _means(model, tok):
+    """Mean outputs over 40 windows of the validation text (None if the model reads other
+    characters than the shipped corpus's)."""
+    from qkv.tasks import gpt_watch as watch
+    from qkv.tasks.corpus import load as load_corpus
+    from qkv.tasks.gpt import windows
+
+    corpus = load_corpus()
+    if corpus.tokenizer.chars != tok.chars:
+        return None
+    return watch.mean_activations(model, windows(corpus.val, model.config.block_size, 40)[0])
+
+
+def _ablated(console, tok, a, top: int = 8) -> None:
+    how = "replaced by its mean" if a.ablations[0].kind == "mean" else "zeroed"
+    names = ", ".join(x.label for x in a.ablations)
+    c0, c1 = int(np.argmax(a.probs_before)), int(np.argmax(a.probs_after))
+    change = (f"the most likely next character {label(tok.chars[c0])!r} "
+              f"{a.probs_before[c0]:.1%} → {label(tok.chars[c1])!r} {a.probs_after[c1]:.1%}"
+              if c1 != c0 else f"the most likely next character stays "
+              f"{label(tok.chars[c0])!r}: {a.probs_before[c0]:.1%} → {a.probs_after[c0]:.1%}")
+    console.print(f"[bold]switched off[/bold] {names} ({how}, T = {a.temperature:g}): {change}",
+                  highlight=False)
+    for i in np.argsort(-a.probs_before, kind="stable")[:top]:
+        console.print(f"  {label(tok.chars[i])!s:>2} {a.probs_before[i]:7.2%} → "
+                      f"{a.probs_after[i]:7.2%}", highlight=False)
+
+
+def _effects(console, tok, e, attribution) -> None:
+    console.print(f"[bold]each head switched off alone[/bold] ({e.kind}): the fall in "
+                  f"p({label(tok.chars[e.char])!r}) = {e.p_before:.1%} at T = 1, in percentage "
+                  "points, beside its direct push and its total effect on the logit",
+                  highlight=False)
+    console.print("  head   change (points)   direct push   total effect", highlight=False)
+    L, H = e.drop.shape
+    for layer in range(L):
+        for h in range(H):
+            console.print(f"  L{layer}H{h}   {-100 * e.drop[layer, h]:+15.1f}   "
+                          f"{attribution.heads[layer, h]:+11.2f}   "
+                          f"{e.total_effect[layer, h]:+12.2f}", highlight=False)
+    for layer in range(L):
+        console.print(f"  L{layer} (all its attention) {-100 * e.layer_drop[layer]:+.1f}",
+                      highlight=False)
+
+
+def _where(console, tok, w) -> None:
+    console.print(f"[bold]where each head matters most[/bold], of {len(w.prompts)} windows of "
+                  f"{w.prompts.shape[1]} characters of the validation text ({w.kind}):",
+                  highlight=False)
+    L, H = w.best.shape
+    for layer in range(L):
+        for h in range(H):
+            s = int(w.best[layer, h])
+            text = "".join(label(c) for c in tok.decode(w.prompts[s]))
+            console.print(f"  L{layer}H{h} {-100 * w.drop[layer, h]:+6.1f} points of "
+                          f"{label(tok.chars[w.chars[s]])!r} after {text}", highlight=False)
 
 
 def _bars(console, tok, seen, top: int = 8) -> None:
@@ -163,12 +276,14 @@ def _roles(console, roles, text) -> None:
         console.print("(the model reads other characters than the shipped Shakespeare, so its "
                       "heads are not measured on that text)")
         return
-    table = Table(title=f"on real text ({text.n_windows} windows of the validation text): "
-                        "mean weight on the previous character · on the last space")
+    table = Table(title=f"the same scores on {text.what}, and the mean weight on the most "
+                        "recent space")
     table.add_column("layer")
     for h in range(H):
-        table.add_column(f"head {h}\nprev · space", justify="right")
+        table.add_column(f"head {h}\nprev · induct · space", justify="right")
     for layer in range(L):
-        table.add_row(str(layer), *(f"{text.previous_char[layer, h]:.2f} · "
+        table.add_row(str(layer), *(f"{text.previous_token[layer, h]:.2f} · "
+                                    f"{text.induction[layer, h]:.2f} · "
                                     f"{text.last_space[layer, h]:.2f}" for h in range(H)))
     console.print(table)
+    console.print(watch.roles_sentence(text), highlight=False)

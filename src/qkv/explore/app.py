@@ -44,10 +44,14 @@ from .errors import InputError, describe_validation_errors
 from .gpt_schemas import (
     GPTGenerateRequest,
     GPTGenerateResponse,
+    GPTInductionRequest,
+    GPTInductionResponse,
     GPTPredictRequest,
     GPTPredictResponse,
     GPTRolesRequest,
     GPTRolesResponse,
+    GPTWhereRequest,
+    GPTWhereResponse,
 )
 from .hosts import LOOPBACK_HOSTS, HostCheck
 from .lesson_schemas import (
@@ -295,7 +299,8 @@ def create_app(allowed_hosts: list[str] | None = None,
               responses={**BAD_INPUT, **no_gpt})
     def gpt_predict(req: GPTPredictRequest) -> dict:
         """View 10: the GPT's causal attention, next-character bars and head pushes."""
-        return gpt_service.predict(req.prompt, req.temperature)
+        return gpt_service.predict(req.prompt, req.temperature,
+                                   [(x.layer, x.head) for x in req.ablate], req.ablation)
 
     @app.post("/api/gpt/generate", response_model=GPTGenerateResponse,
               responses={**BAD_INPUT, **no_gpt})
@@ -309,6 +314,18 @@ def create_app(allowed_hosts: list[str] | None = None,
         """View 10: every head's previous-token and induction scores."""
         return gpt_service.roles(req.n_sequences, req.seed)
 
+    @app.post("/api/gpt/where", response_model=GPTWhereResponse,
+              responses={**BAD_INPUT, **no_gpt})
+    def gpt_where(req: GPTWhereRequest) -> dict:
+        """View 10: the validation-text prompt where switching one head off matters most."""
+        return gpt_service.where(req.layer, req.head, req.ablation)
+
+    @app.post("/api/gpt/induction", response_model=GPTInductionResponse,
+              responses={**BAD_INPUT, **no_gpt})
+    def gpt_induction(req: GPTInductionRequest) -> dict:
+        """View 10: the attention-only model's phase change and its induction head."""
+        return gpt_service.induction()
+
     @app.post("/api/model/attentions", response_model=AttentionsResponse,
               responses={**BAD_INPUT, **NO_MODEL})
     def attentions(req: ModelRequest) -> dict:
@@ -317,6 +334,7 @@ def create_app(allowed_hosts: list[str] | None = None,
         layers, heads = result.weights.shape[:2]
         return {"tokens": result.tokens, "layers": layers, "heads": heads,
                 "weights": result.weights.tolist(), "model": models.name,
+                "special": models.special(result.tokens),
                 "allowed": None if result.allowed is None else result.allowed.tolist()}
 
     @app.post("/api/model/neuron", response_model=NeuronResponse,

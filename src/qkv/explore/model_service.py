@@ -85,6 +85,20 @@ def load_folder(folder, hf: bool = False):
         raise ModelUnavailable(str(exc)) from exc
 
 
+BERT_SPECIAL = frozenset({"[CLS]", "[SEP]", "[PAD]", "[MASK]"})
+
+
+def special_tokens(model) -> frozenset[str]:
+    """The labels of the tokens the tokenizer adds around a text ([CLS], [SEP], <s>, …): the
+    model's own list when it has one (a transformers folder), else BERT's. The unknown token
+    is not one of them: it stands for a piece of the text."""
+    tok = getattr(model, "tokenizer", None)
+    names = getattr(tok, "all_special_tokens", None)
+    if not names:
+        return BERT_SPECIAL
+    return frozenset(names) - {getattr(tok, "unk_token", None)}
+
+
 def model_name(model) -> str:
     """What the page calls the model: "all-MiniLM-L6-v2", or a folder's name and class."""
     return getattr(model, "name", "all-MiniLM-L6-v2")
@@ -145,6 +159,11 @@ class ModelService:
         ``(layers, heads, n, n)`` and the allowed pairs (None when nothing is masked)."""
         model = self._get_model()
         return self._cached(("attentions", sentence), lambda: self._compute(model, sentence))
+
+    def special(self, tokens: list[str]) -> list[bool]:
+        """For each token label, whether the tokenizer added it (not a piece of the text)."""
+        names = special_tokens(self._get_model())
+        return [t in names for t in tokens]
 
     def neuron(self, sentence: str, layer: int, head: int, token: int) -> dict:
         """The neuron view of token i in one head: ``MiniLM.head_trace`` (qkv.explain of the

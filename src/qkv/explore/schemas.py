@@ -325,6 +325,8 @@ class AttentionsResponse(BaseModel):
                                  "where a mask removed the pair (a causal model's future "
                                  "keys); null when no pair is masked")
     model: str = Field("all-MiniLM-L6-v2", description="which model computed them")
+    special: list[bool] = Field(default_factory=list, description="per token: True where the "
+                                "tokenizer added it ([CLS], [SEP], …), not a piece of the text")
 
 
 class NeuronResponse(BaseModel):

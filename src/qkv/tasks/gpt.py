@@ -41,9 +41,19 @@ from pathlib import Path
 import numpy as np
 
 from .. import masks
+from ..engine import api as functional
 from ..engine.threads import single_threaded_blas
 from ..engine.tiles import cpu_workers
-from ..nn import Adam, Embedding, KVCache, LayerNorm, TransformerBlock, softmax_cross_entropy
+from ..nn import (
+    Adam,
+    Embedding,
+    KVCache,
+    LayerNorm,
+    MultiHeadAttention,
+    TransformerBlock,
+    merge_heads,
+    softmax_cross_entropy,
+)
 from ..nn._base import Layer, as_rng, check_dtype, matmul_rows, outer_sum, prefixed
 from . import checkpoint as ckpt
 from .corpus import CharTokenizer, Corpus
@@ -74,6 +84,7 @@ class GPTConfig:
     eval_every: int = 250
     eval_windows: int = 240  # the training-time estimates: this many fixed windows per split
     seed: int = 0
+    mlp: bool = True  # False: attention-only blocks (Olsson et al. 2022's small models)
 
     def __post_init__(self):
         for name in ("n_layer", "n_head", "n_embd", "block_size", "vocab_size", "batch",
@@ -110,6 +121,35 @@ class GPTConfig:
         return asdict(self)
 
 
+class AttentionBlock(Layer):
+    """``y = x + MHA(LN₁(x), mask)``: a pre-LN block without its MLP, the block of the
+    attention-only models in which Olsson et al. (2022) watched induction heads form. Same
+    interface as :class:`qkv.nn.TransformerBlock` (``mlp`` is None; its ctx has the MLP's
+    slots empty), so :class:`GPT` and everything that reads it run either kind."""
+
+    mlp = None
+
+    def __init__(self, d_model: int, n_heads: int, rng=None, dtype=np.float32):
+        gen = as_rng(rng)
+        self.ln1 = LayerNorm(d_model, dtype=dtype)
+        self.attn = MultiHeadAttention(d_model, n_heads, rng=gen, dtype=dtype)
+        self.params = {**prefixed("ln1", self.ln1.params), **prefixed("attn", self.attn.params)}
+
+    def forward(self, x, mask=None, *, cache=None):
+        a, c_ln1 = self.ln1.forward(x)
+        att, c_att = self.attn.forward(a, mask=mask, cache=cache)
+        return x + att, (None if cache is not None else (c_ln1, c_att, None, None))  # (…, N, C)
+
+    def backward(self, ctx, dy):
+        if ctx is None:
+            raise ValueError("AttentionBlock.backward: the forward ran with a KV cache "
+                             "(inference only)")
+        c_ln1, c_att, _, _ = ctx
+        (da, _), g_att = self.attn.backward(c_att, dy)
+        dx_norm, g_ln1 = self.ln1.backward(c_ln1, da)
+        return dy + dx_norm, {**prefixed("ln1", g_ln1), **prefixed("attn", g_att)}
+
+
 class GPT(Layer):
     """The decoder. ``forward(ids)`` → ``(logits (B, N, V), ctx)``; ``backward(ctx, dlogits)``
     → ``(None, grads)`` with a gradient for every name in ``params``.
@@ -125,7 +165,8 @@ class GPT(Layer):
         self.wte = Embedding(c.vocab_size, c.n_embd, rng=gen, dtype=dtype)
         self.wpe = Embedding(c.block_size, c.n_embd, rng=gen, dtype=dtype)
         self.blocks = [TransformerBlock(c.n_embd, c.n_head, 4 * c.n_embd, rng=gen, dtype=dtype,
-                                        activation="gelu_tanh")
+                                        activation="gelu_tanh") if c.mlp
+                       else AttentionBlock(c.n_embd, c.n_head, rng=gen, dtype=dtype)
                        for _ in range(c.n_layer)]
         self.ln_f = LayerNorm(c.n_embd, dtype=dtype)
         self.params = {**prefixed("wte", self.wte.params), **prefixed("wpe", self.wpe.params)}
@@ -146,7 +187,9 @@ class GPT(Layer):
         c, C = config, config.n_embd
         shapes = {"wte.weight": (c.vocab_size, C), "wpe.weight": (c.block_size, C)}
         for i in range(c.n_layer):
-            shapes.update({f"h.{i}.attn.w_q": (C, C), f"h.{i}.mlp.fc1.weight": (C, 4 * C)})
+            shapes[f"h.{i}.attn.w_q"] = (C, C)
+            if c.mlp:
+                shapes[f"h.{i}.mlp.fc1.weight"] = (C, 4 * C)
         return shapes
 
     def _check_ids(self, ids, start: int = 0) -> np.ndarray:
@@ -179,6 +222,60 @@ class GPT(Layer):
             ctxs.append(c)
         logits, c_out = self.unembed(x)
         return logits, (ids, ctxs, c_out)
+
+    # -- hook points: read or replace what a component writes (TransformerLens' idea) --------
+    def hook_points(self) -> list[str]:
+        """The names :meth:`run_with_hooks` accepts, in the order they run. For block i:
+
+        - ``h.i.attn.z`` ``(B, H, N, d_head)``: each head's output, Σ_j w_ij v_j, before W_O
+          (TransformerLens' ``hook_z``); zeroing head h's slice switches that head off;
+        - ``h.i.attn.out`` ``(B, N, C)``: the attention sublayer's output, W_O and its bias
+          applied, as it is added to the residual stream (``hook_attn_out``);
+        - ``h.i.mlp.out`` ``(B, N, C)``: the MLP's output (models with MLPs only).
+        """
+        names = []
+        for i in range(self.config.n_layer):
+            names += [f"h.{i}.attn.z", f"h.{i}.attn.out"]
+            if self.config.mlp:
+                names.append(f"h.{i}.mlp.out")
+        return names
+
+    def run_with_hooks(self, ids, hooks: dict[str, Callable[[np.ndarray], np.ndarray]]
+                       ) -> np.ndarray:
+        """Logits ``(B, N, V)`` of ids ``(B, N)``, with each hook ``fn(activation) →
+        activation`` applied where its name (:meth:`hook_points`) is computed; its result (same
+        shape) is what the model uses from there on. An ablation is one such hook. The same
+        operations as :meth:`forward` in the same order, so ``hooks={}`` gives its logits bit
+        for bit (tests/test_gpt_watch.py)."""
+        known = set(self.hook_points())
+        unknown = sorted(set(hooks) - known)
+        if unknown:
+            raise ValueError(f"run_with_hooks: unknown hook point(s) {unknown}; this model's "
+                             f"are {self.hook_points()}")
+
+        def at(name: str, value: np.ndarray) -> np.ndarray:
+            if name not in hooks:
+                return value
+            new = np.asarray(hooks[name](value))
+            if new.shape != value.shape:
+                raise ValueError(f"run_with_hooks: the hook at {name!r} returned shape "
+                                 f"{new.shape}; it must keep {value.shape}")
+            return new.astype(value.dtype, copy=False)
+
+        x, _ = self.embed(ids)  # (B, N, C)
+        causal = masks.causal()
+        for i, block in enumerate(self.blocks):
+            attn = block.attn
+            q, k, v = attn.project(block.ln1(x))  # (B, H, N, d_head) each
+            z = functional.attention(q, k, v, mask=causal, scale=attn.scale)  # (B, H, N, d)
+            z = at(f"h.{i}.attn.z", z)
+            out = matmul_rows(merge_heads(z), attn.params["w_o"])  # (B, N, C)
+            if attn.has_bias:
+                out += attn.params["b_o"]
+            x = x + at(f"h.{i}.attn.out", out)
+            if block.mlp is not None:
+                x = x + at(f"h.{i}.mlp.out", block.mlp(block.ln2(x)))
+        return self.unembed(x)[0]
 
     def backward(self, ctx, dlogits):
         ids, ctxs, (h, c_ln) = ctx
@@ -336,10 +433,15 @@ class GPTRun:
         return run, tok
 
     # -- training ---------------------------------------------------------------------------
+    def batch(self, data: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The next training batch ``(x, y)`` each ``(batch, block_size)``, drawn from
+        ``self.rng`` (a run on other data overrides this; see :mod:`qkv.tasks.induction`)."""
+        return get_batch(data, self.rng, self.config.batch, self.config.block_size)
+
     def train_step(self, data: np.ndarray) -> float:
         """One AdamW step on a fresh batch of ``data``; returns the batch's loss."""
         c = self.config
-        x, y = get_batch(data, self.rng, c.batch, c.block_size)
+        x, y = self.batch(data)
         loss, grads = sharded_loss(self.model.loss, x, y, self.shards)
         clip_grad_norm(grads, c.grad_clip)
         lr = c.lr_at(self.step)

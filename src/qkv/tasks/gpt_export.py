@@ -71,6 +71,9 @@ def export(model: GPT, tok: CharTokenizer, folder) -> Path:
     from safetensors.numpy import save_file
 
     folder = Path(folder)
+    if not model.config.mlp:
+        raise ValueError("an attention-only model (config mlp=False) has no GPT-2 form: "
+                         "GPT-2's blocks all have an MLP; export a model trained with MLPs")
     if folder.exists() and not folder.is_dir():
         raise ValueError(f"{folder} exists and is not a folder")
     if tok.vocab_size != model.config.vocab_size:

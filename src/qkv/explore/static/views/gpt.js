@@ -1,32 +1,71 @@
 // View 10 · A GPT: qkv's own character-level GPT (trained by `qkv train gpt`, shipped) reading
-// the past through a causal mask to predict the next character. Every number comes from the
-// server (POST /api/gpt/predict, /api/gpt/generate, GET /api/gpt/roles), computed by
-// qkv.tasks.gpt_watch; this module only draws it.
+// the past through a causal mask to predict the next character; its heads switched off one by
+// one (ablation) beside their direct pushes (attribution); head roles on random and real text;
+// and a small attention-only model growing an induction head (`qkv train induction`). Every
+// number comes from the server (POST /api/gpt/predict, /generate, /roles, /induction),
+// computed by qkv.tasks.gpt_watch; this module only draws it and writes the sentences from it.
 import { Channel } from "../core/api.js";
+import { PALETTE, lineChart } from "../core/chart.js";
 import { announce, el, fmt, svg } from "../core/dom.js";
 import { COLORS, heat, legend } from "../core/legend.js";
 import { defineState, state, writeURL } from "../core/state.js";
 
 export const name = "gpt";
 export const READS = {
-  "/api/gpt/predict": ["chars", "layers", "heads", "context", "weights", "allowed",
-    "temperature", "next.chars", "next.probs", "attribution.char", "attribution.logit",
-    "attribution.heads", "attribution.mlps", "attribution.embeddings", "attribution.biases"],
-  "/api/gpt/generate": ["prompt", "chars", "probs", "weights", "context"],
-  "/api/gpt/roles": ["previous_token", "induction", "half", "n_sequences", "sentence",
-    "example", "example_weights"],
+  "/api/gpt/predict": [
+    "chars", "layers", "heads", "context", "weights", "allowed", "temperature", "next.chars",
+    "next.probs", "attribution.char", "attribution.logit", "attribution.heads",
+    "attribution.mlps", "attribution.embeddings", "attribution.biases", "effects.char",
+    "effects.p_before", "effects.drop", "effects.total", "effects.layer_drop", "effects.kind",
+    "prompt_roles.previous", "prompt_roles.induction", "prompt_roles.chance_previous",
+    "prompt_roles.chance_induction", "prompt_roles.n_induction", "ablation.labels",
+    "ablation.kind", "ablation.after", "ablation.top.chars", "ablation.top.probs"],
+  "/api/gpt/generate": [
+    "prompt", "chars", "probs", "weights", "context"],
+  "/api/gpt/roles": [
+    "random.previous_token", "random.induction", "random.chance_previous",
+    "random.chance_induction", "random.what", "random.sentence", "random.last_space",
+    "random.example", "random.example_weights", "random.source", "text.previous_token",
+    "text.induction", "text.chance_previous", "text.chance_induction", "text.what",
+    "text.sentence", "text.last_space", "text.example", "text.example_weights", "text.source"],
+  "/api/gpt/where": [
+    "layer", "head", "kind", "prompt", "char", "drop", "n_candidates", "length"],
+  "/api/gpt/induction": [
+    "layers", "heads", "width", "context", "params", "steps", "elapsed", "history.step",
+    "history.val", "history.repeat", "history.induction", "history.previous", "phase.step",
+    "phase.induction_at", "phase.steepest_from", "phase.steepest_to", "phase.repeat_from",
+    "phase.repeat_to", "threshold", "command", "random.previous_token", "random.induction",
+    "random.chance_previous", "random.chance_induction", "random.what", "random.sentence",
+    "random.last_space", "random.example", "random.example_weights", "random.source",
+    "text.sentence"],
 };
 
+// off: what is switched off, "L.H" for a head, "L" for a layer's whole attention
 defineState("gpt", { prompt: "ROMEO.\nI will not", temperature: 1, layer: 0, head: 0,
-  steps: 0, seed: 0 });
+  steps: 0, seed: 0, off: [], kind: "zero" });
 
 let root;
 const $ = (sel) => root.querySelector(sel);
 const VISIBLE = { "\n": "⏎", " ": "␣", "\t": "⇥" };
 const show1 = (c) => VISIBLE[c] || c;
+const pct = (p) => `${fmt(100 * p, 1)}%`;
+/** A fall d in probability as a change in percentage points: 0.515 → "−51.5 points". */
+const points = (d) => {
+  const size = fmt(Math.abs(100 * d), 1);
+  return `${Number(size) === 0 ? "" : d > 0 ? "−" : "+"}${size} points`;
+};
+/** "+0.04", "-0.10", and "0.00" for what rounds to zero (no sign on nothing). */
+const signed = (v, digits = 2) => {
+  const s = fmt(v, digits);
+  return s.startsWith("-") || Number(s) === 0 ? s : `+${s}`;
+};
+/** "1 head", "3 heads". */
+const count = (n, one, many = `${one}s`) => `${n} ${n === 1 ? one : many}`;
 let last = null; // the last /api/gpt/predict answer
 let roles = null; // /api/gpt/roles (fixed: the model is fixed)
-let rolePick = null; // [layer, head] whose role pattern is shown
+let rolePick = { random: [0, 0], text: [0, 0], induction: null };
+let induction = null; // /api/gpt/induction
+let where = null; // /api/gpt/where for the picked head
 
 const predictChannel = new Channel(name, "/api/gpt/predict", (data) => {
   last = data;
@@ -34,22 +73,62 @@ const predictChannel = new Channel(name, "/api/gpt/predict", (data) => {
   renderPrompt();
   renderHeads();
   renderNext();
+  renderAblation();
+  renderEffects();
   renderTask();
+  renderPromptRoles();
+  sendWhere();
 });
 const generateChannel = new Channel(name, "/api/gpt/generate", renderGeneration);
 const rolesChannel = new Channel(name, "/api/gpt/roles", (data) => {
   roles = data;
   renderRoles();
+  if (induction) renderInduction(); // its first sentence quotes these roles
 });
+const whereChannel = new Channel(name, "/api/gpt/where", (data) => {
+  where = data;
+  renderWhere();
+});
+const inductionChannel = new Channel(name, "/api/gpt/induction", (data) => {
+  induction = data;
+  renderInduction();
+}, (err) => {
+  $("#gpt-induction").replaceChildren(el("p", { cls: "note" },
+    `The attention-only model is not shown: ${err.message}`));
+});
+
+/** Ask where the picked head matters most (once per head and kind). */
+function sendWhere() {
+  const g = state.gpt;
+  if (where && where.layer === g.layer && where.head === g.head && where.kind === g.kind) return;
+  $("#gpt-where").replaceChildren(el("p", { cls: "note" }, `searching the validation text for ` +
+    `the prompt where L${g.layer}H${g.head} matters most…`));
+  whereChannel.send({ layer: g.layer, head: g.head, ablation: g.kind });
+}
+
+/** What the page asks the server to switch off, from state.gpt.off. */
+function ablateBody() {
+  return state.gpt.off.map((key) => {
+    const [l, h] = String(key).split(".").map(Number);
+    return h === undefined || Number.isNaN(h) ? { layer: l, head: null } : { layer: l, head: h };
+  });
+}
+
+function sendPredict() {
+  const g = state.gpt;
+  predictChannel.send({ prompt: g.prompt, temperature: g.temperature, ablate: ablateBody(),
+    ablation: g.kind });
+}
 
 export function show() {
   const g = state.gpt;
   $("#gpt-prompt").value = g.prompt;
   $("#gpt-temperature").value = g.temperature;
   $("#gpt-temperature-value").textContent = fmt(g.temperature, 2);
-  predictChannel.send({ prompt: g.prompt, temperature: g.temperature });
+  sendPredict();
   sendGeneration();
   if (!roles) rolesChannel.send({});
+  if (!induction) inductionChannel.send({});
 }
 
 function sendGeneration() {
@@ -64,17 +143,41 @@ function sendGeneration() {
     seed: g.seed });
 }
 
-/** One head's weights as an SVG heat map; masked (future) cells grey with ×, never "0". */
+/** One head's weights as a heat map with every row and column labelled by its character, at
+ * any length: a keyboard-reachable scroll region whose label bands stay pinned (sticky) while
+ * the cells scroll. Masked (future) cells grey with ×, never "0". */
 function heatmap(weights, allowed, rows, cols, testid, label) {
   const n = rows.length, m = cols.length;
-  const cell = Math.max(5, Math.min(18, Math.floor(300 / Math.max(n, m))));
-  const margin = 14;
-  const map = svg("svg", { width: margin + m * cell + 2, height: margin + n * cell + 2,
-    cls: "heatmap", role: "img", "data-testid": testid, "aria-label": label });
+  const cell = Math.max(14, Math.min(22, Math.floor(360 / Math.max(n, m))));
+  const band = 18; // the label bands' width
+  const region = el("div", { cls: "gpt-heat", tabindex: 0, role: "region",
+    "data-testid": `${testid}-region`,
+    "aria-label": `${label}: ${count(n, "row")} × ${count(m, "column")}, each labelled with ` +
+      "its character; scroll to see them all" });
+  region.style.gridTemplateColumns = `${band}px ${m * cell}px`;
+  const cornerBox = el("div", { cls: "gpt-heat-corner" });
+  const colBand = svg("svg", { width: m * cell, height: band, cls: "gpt-heat-cols",
+    "aria-hidden": "true" });
+  const rowBand = svg("svg", { width: band, height: n * cell, cls: "gpt-heat-rows",
+    "aria-hidden": "true" });
+  cols.forEach((c, j) => {
+    const t = svg("text", { x: j * cell + cell / 2, y: band - 5, cls: "tok-label",
+      "text-anchor": "middle", "data-testid": `${testid}-col-${j}` });
+    t.textContent = show1(c);
+    colBand.append(t);
+  });
+  rows.forEach((c, i) => {
+    const t = svg("text", { x: band / 2, y: i * cell + cell * 0.72, cls: "tok-label",
+      "text-anchor": "middle", "data-testid": `${testid}-row-${i}` });
+    t.textContent = show1(c);
+    rowBand.append(t);
+  });
+  const map = svg("svg", { width: m * cell, height: n * cell, cls: "heatmap", role: "img",
+    "data-testid": testid, "aria-label": label });
   weights.forEach((row, i) => row.forEach((w, j) => {
     const ok = allowed ? allowed[i][j] : true;
-    const rect = svg("rect", { x: margin + j * cell, y: margin + i * cell, width: cell,
-      height: cell, cls: ok ? "hcell" : "hcell masked", "data-testid": `${testid}-${i}-${j}`,
+    const rect = svg("rect", { x: j * cell, y: i * cell, width: cell, height: cell,
+      cls: ok ? "hcell" : "hcell masked", "data-testid": `${testid}-${i}-${j}`,
       "data-value": w, "data-allowed": ok ? "1" : "0" });
     rect.style.fill = ok ? heat(w) : COLORS.masked;
     const tip = svg("title");
@@ -82,22 +185,15 @@ function heatmap(weights, allowed, rows, cols, testid, label) {
       (ok ? fmt(w) : "masked: a future character");
     rect.append(tip);
     map.append(rect);
-    if (!ok && cell >= 9) {
-      const mark = svg("text", { x: margin + j * cell + cell / 2, y: margin + i * cell + cell * 0.75,
+    if (!ok) {
+      const mark = svg("text", { x: j * cell + cell / 2, y: i * cell + cell * 0.75,
         cls: "mask-mark", "text-anchor": "middle", "aria-hidden": "true" });
       mark.textContent = COLORS.masked_mark;
       map.append(mark);
     }
   }));
-  if (cell >= 9) {
-    cols.forEach((c, j) => {
-      const t = svg("text", { x: margin + j * cell + cell / 2, y: margin - 3, cls: "tok-label",
-        "text-anchor": "middle" });
-      t.textContent = show1(c);
-      map.append(t);
-    });
-  }
-  return el("div", { cls: "scroll" }, map);
+  region.append(cornerBox, colBand, rowBand, map);
+  return region;
 }
 
 function renderPrompt() {
@@ -105,6 +201,23 @@ function renderPrompt() {
     "data-testid": `gpt-char-${i}`, title: `position ${i}` }, show1(c)));
   $("#gpt-chars").replaceChildren(el("p", {}, [`${last.chars.length} of ${last.context} ` +
     "characters (⏎ newline, ␣ space): "]), el("div", { cls: "gpt-chars" }, chips));
+}
+
+/** Show head (l, h)'s pattern on the prompt, and bring it into view. */
+function openHead(l, h) {
+  state.gpt.layer = l;
+  state.gpt.head = h;
+  writeURL();
+  renderHeads();
+  renderGenerationHead();
+  renderPromptRoles();
+  sendWhere();
+  const map = $('[data-testid="gpt-cell-region"]');
+  if (map) {
+    map.scrollIntoView({ block: "nearest" });
+    map.focus({ preventScroll: true });
+  }
+  announce(`layer ${l}, head ${h}: its attention on the prompt is shown`);
 }
 
 function renderHeads() {
@@ -119,8 +232,7 @@ function renderHeads() {
       ...heads.map((_, h) => {
         const b = el("button", { type: "button", "data-testid": `gpt-head-${l}-${h}`,
           "aria-pressed": l === g.layer && h === g.head ? "true" : "false" }, `L${l}H${h}`);
-        b.addEventListener("click", () => { g.layer = l; g.head = h; writeURL(); renderHeads();
-          renderGenerationHead(); });
+        b.addEventListener("click", () => openHead(l, h));
         return el("td", {}, b);
       })])),
   ]);
@@ -135,18 +247,31 @@ function renderHeads() {
     heatmap(w, last.allowed, last.chars, last.chars, "gpt-cell",
       `layer ${g.layer} head ${g.head} causal attention`),
     legend("gpt-legend"),
-    el("p", { "data-testid": "gpt-heat-sentence" }, `${masked} of ${n * n} pairs are masked ` +
-      `(a key after its query). The last character “${show1(last.chars[n - 1])}” puts its ` +
-      `largest weight, ${fmt(top[0], 3)}, on “${show1(last.chars[top[1]])}” at position ${top[1]}.`));
+    el("p", { "data-testid": "gpt-heat-sentence" }, `${masked} of ${count(n * n, "pair")} ` +
+      `${masked === 1 ? "is" : "are"} masked (a key after its query). The last character ` +
+      `“${show1(last.chars[n - 1])}” puts its largest weight, ${fmt(top[0], 3)}, on ` +
+      `“${show1(last.chars[top[1]])}” at position ${top[1]}.`));
+}
+
+function bar(p, cls) {
+  const b = el("span", { cls: `gpt-bar ${cls}` });
+  b.style.width = `${Math.max(1, Math.round(p * 160))}px`;
+  return b;
 }
 
 function renderNext() {
-  const bars = last.next.chars.map((c, i) => {
+  const ab = last.ablation;
+  const rows = last.next.chars.map((c, i) => {
     const p = last.next.probs[i];
-    const bar = el("span", { cls: "gpt-bar" });
-    bar.style.width = `${Math.max(1, Math.round(p * 200))}px`;
-    return el("div", { cls: "gpt-bar-row", "data-testid": `gpt-next-${i}`, "data-value": p }, [
-      el("code", { cls: "gpt-bar-char" }, show1(c)), bar, el("span", {}, `${fmt(p * 100, 2)}%`)]);
+    const cells = [el("code", { cls: "gpt-bar-char" }, show1(c)), bar(p, "before"),
+      el("span", {}, pct(p))];
+    if (ab) {
+      cells.push(el("span", { cls: "note" }, "→"), bar(ab.after[i], "after"),
+        el("span", { "data-testid": `gpt-after-${i}`, "data-value": ab.after[i] },
+          pct(ab.after[i])));
+    }
+    return el("div", { cls: "gpt-bar-row", "data-testid": `gpt-next-${i}`, "data-value": p },
+      cells);
   });
   const a = last.attribution;
   const flat = a.heads.flatMap((row, l) => row.map((v, h) => [v, l, h]))
@@ -154,13 +279,22 @@ function renderNext() {
   const best = flat[0], worst = flat[flat.length - 1];
   const headsSum = flat.reduce((s, x) => s + x[0], 0);
   const cells = a.heads.map((row, l) => el("tr", {}, [el("th", { scope: "row" }, String(l)),
-    ...row.map((v, h) => el("td", { "data-testid": `gpt-push-${l}-${h}`, "data-value": v },
-      `${v >= 0 ? "+" : ""}${fmt(v, 2)}`))]));
+    ...row.map((v, h) => {
+      const b = el("button", { type: "button", "data-testid": `gpt-push-${l}-${h}`,
+        "data-value": v, "aria-label": `L${l}H${h} pushes ${fmt(v, 2)}: open its pattern` },
+      signed(v));
+      b.addEventListener("click", () => openHead(l, h));
+      return el("td", {}, b);
+    })]));
+  const abSentence = ab ? ablationSentence(ab) : null;
   $("#gpt-next").replaceChildren(
-    el("h4", {}, `next character at T = ${fmt(last.temperature, 2)} (the ${bars.length} most ` +
-      "likely)"),
-    el("div", { cls: "gpt-bars" }, bars),
-    el("h4", {}, `why “${show1(a.char)}”? each head's direct push on its logit`),
+    el("h4", {}, `next character at T = ${fmt(last.temperature, 2)} (the ${rows.length} most ` +
+      "likely" + (ab ? `; → with ${ab.labels.join(", ")} switched off` : "") + ")"),
+    el("div", { cls: "gpt-bars" }, rows),
+    ...(abSentence ? [el("p", { "data-testid": "gpt-ablation-sentence", cls: "feedback" },
+      abSentence)] : []),
+    el("h4", {}, `why “${show1(a.char)}”? each head's direct push on its logit (click one ` +
+      "for its pattern)"),
     el("p", { "data-testid": "gpt-why" }, `logit ${fmt(a.logit, 2)} = heads ` +
       `${fmt(headsSum, 2)} + MLPs ${fmt(a.mlps, 2)} + embeddings ${fmt(a.embeddings, 2)} + ` +
       `biases ${fmt(a.biases, 2)}. Pushing it most: L${best[1]}H${best[2]} ` +
@@ -169,24 +303,183 @@ function renderNext() {
       el("tr", {}, [el("th", {}, "layer"), ...a.heads[0].map((_, h) =>
         el("th", { scope: "col" }, `head ${h}`))]), ...cells]));
   announce(`most likely next character ${show1(last.next.chars[0])}, ` +
-    `${fmt(last.next.probs[0] * 100, 1)}%`);
+    `${fmt(last.next.probs[0] * 100, 1)}%` + (abSentence ? `. ${abSentence}` : ""));
 }
+
+/** "With L1H2 switched off (zeroed), the most likely next character changes from “⏎” 81.3%
+ * to “␣” 40.2%" — from the bars before and after. */
+function ablationSentence(ab) {
+  const c0 = last.next.chars[0], p0 = last.next.probs[0];
+  const c1 = ab.top.chars[0], p1 = ab.top.probs[0];
+  const how = ab.kind === "mean" ? "replaced by its mean on the validation text"
+    : "zeroed";
+  const what = ab.labels.length === 1 ? `${ab.labels[0]} switched off (${how})`
+    : `${ab.labels.join(", ")} switched off (each ${how})`;
+  if (c1 !== c0) {
+    return `With ${what}, the most likely next character changes: “${show1(c0)}” ${pct(p0)} → ` +
+      `“${show1(c1)}” ${pct(p1)} (“${show1(c0)}” now ${pct(ab.after[0])}).`;
+  }
+  const verb = ab.after[0] < p0 ? "falls" : ab.after[0] > p0 ? "rises" : "stays";
+  return `With ${what}, the most likely next character is still “${show1(c0)}”; its ` +
+    `probability ${verb}: ${pct(p0)} → ${pct(ab.after[0])}.`;
+}
+
+const isOff = (key) => state.gpt.off.map(String).includes(key);
+
+function toggleOff(key) {
+  const g = state.gpt;
+  g.off = isOff(key) ? g.off.filter((k) => String(k) !== key) : [...g.off.map(String), key];
+  writeURL();
+  sendPredict();
+}
+
+/** The switches: each head, each layer's whole attention, zero or mean. */
+function renderAblation() {
+  const g = state.gpt;
+  const heads = last.heads;
+  const table = el("table", { cls: "gpt-grid", "data-testid": "gpt-off" }, [
+    el("caption", {}, "switch off (press again to switch back on)"),
+    el("tr", {}, [el("th", {}, "layer"), ...Array.from({ length: heads },
+      (_, h) => el("th", { scope: "col" }, `head ${h}`)), el("th", { scope: "col" },
+      "all its attention")]),
+    ...Array.from({ length: last.layers }, (_, l) => el("tr", {}, [
+      el("th", { scope: "row" }, String(l)),
+      ...Array.from({ length: heads + 1 }, (_, h) => {
+        const key = h < heads ? `${l}.${h}` : `${l}`;
+        const label = h < heads ? `L${l}H${h}` : `L${l} all`;
+        const b = el("button", { type: "button", "aria-pressed": isOff(key) ? "true" : "false",
+          "data-testid": h < heads ? `gpt-off-${l}-${h}` : `gpt-off-${l}`,
+          cls: isOff(key) ? "off" : "" }, isOff(key) ? `${label} off` : label);
+        b.addEventListener("click", () => toggleOff(key));
+        return el("td", {}, b);
+      })])),
+  ]);
+  const kinds = el("fieldset", { cls: "controls" }, [el("legend", {}, "switched off means"),
+    ...[["zero", "its output set to zero"], ["mean", "its output replaced by its mean over " +
+      "40 windows of the validation text"]].map(([k, text]) => {
+      const input = el("input", { type: "radio", name: "gpt-kind", value: k,
+        "data-testid": `gpt-kind-${k}` });
+      input.checked = g.kind === k;
+      input.addEventListener("change", () => { g.kind = k; writeURL(); sendPredict(); });
+      // (the where-search follows the kind: sendWhere runs after the answer)
+      return el("label", {}, [input, ` ${text}`]);
+    })]);
+  const none = el("button", { type: "button", "data-testid": "gpt-off-none" },
+    "Switch everything back on");
+  none.disabled = g.off.length === 0;
+  none.addEventListener("click", () => { g.off = []; writeURL(); sendPredict(); });
+  // the outcome beside the switches too (the bars are above them)
+  const summary = last.ablation ? ablationSentence(last.ablation)
+    : `Everything is on: the most likely next character is “${show1(last.next.chars[0])}”, ` +
+      `${pct(last.next.probs[0])} at T = ${fmt(last.temperature, 2)}.`;
+  $("#gpt-ablate").replaceChildren(table, kinds, none,
+    el("p", { cls: "feedback", "data-testid": "gpt-ablate-summary" }, summary));
+}
+
+/** Which heads matter most for this prompt: each head switched off alone (ablation: the total
+ * effect, every path) beside its direct push (attribution). */
+function renderEffects() {
+  const e = last.effects, a = last.attribution;
+  const flat = e.drop.flatMap((row, l) => row.map((d, h) => [d, l, h]))
+    .sort((x, y) => y[0] - x[0]);
+  const table = el("table", { cls: "gpt-grid", "data-testid": "gpt-effects" }, [
+    el("caption", {}, `switched off alone: the fall in “${show1(e.char)}”'s probability ` +
+      "(click one for its pattern)"),
+    el("tr", {}, [el("th", {}, "layer"), ...e.drop[0].map((_, h) =>
+      el("th", { scope: "col" }, `head ${h}`)), el("th", { scope: "col" }, "all its attention")]),
+    ...e.drop.map((row, l) => el("tr", {}, [el("th", { scope: "row" }, String(l)),
+      ...row.map((d, h) => {
+        const b = el("button", { type: "button", "data-testid": `gpt-drop-${l}-${h}`,
+          "data-value": d, "data-total": e.total[l][h],
+          "aria-label": `L${l}H${h}: ${points(d)}; open its pattern` }, points(d));
+        b.style.background = heat(Math.max(0, Math.min(1, d / Math.max(e.p_before, 1e-9))));
+        b.style.color = d / Math.max(e.p_before, 1e-9) > COLORS.ink_threshold ? COLORS.ink_light
+          : COLORS.ink_dark;
+        b.addEventListener("click", () => openHead(l, h));
+        return el("td", {}, b);
+      }), el("td", { "data-testid": `gpt-drop-${l}`, "data-value": e.layer_drop[l] },
+        points(e.layer_drop[l]))])),
+  ]);
+  const [d0, l0, h0] = flat[0];
+  const next = flat.slice(1, 3).map(([d, l, h]) => `L${l}H${h} (${points(d)})`).join(", ");
+  const matters = d0 > 0
+    ? `Switched off alone, L${l0}H${h0} matters most for this prompt: “${show1(e.char)}” ` +
+      `${pct(e.p_before)} → ${pct(e.p_before - d0)} (${points(d0)}); next ${next}.`
+    : `No head, switched off alone, lowers “${show1(e.char)}” (${pct(e.p_before)}): each ` +
+      "head's share is made up by the others.";
+  // the two measures in one unit, the logit: direct push against total effect
+  const direct = a.heads.flatMap((row, l) => row.map((v, h) => [v, l, h]))
+    .sort((x, y) => y[0] - x[0])[0];
+  const total = e.total.flatMap((row, l) => row.map((v, h) => [v, l, h]))
+    .sort((x, y) => y[0] - x[0])[0];
+  let signs = 0;
+  a.heads.forEach((row, l) => row.forEach((v, h) => {
+    if (Math.sign(v) !== Math.sign(e.total[l][h])) signs += 1;
+  }));
+  const n = a.heads.length * a.heads[0].length;
+  const same = direct[1] === total[1] && direct[2] === total[2];
+  const compare = `On the logit of “${show1(a.char)}”, the direct push ranks ` +
+    `L${direct[1]}H${direct[2]} first (${fmt(direct[0], 2)}); switching heads off ranks ` +
+    `L${total[1]}H${total[2]} first (it adds ${fmt(total[0], 2)} by every path). ` +
+    (same ? "Here they agree on the first head" : "Here they disagree") +
+    `, and they give opposite signs for ${count(signs, "head")} of ${n}: a head's output also ` +
+    "reaches the logit through the later heads and the MLPs (its indirect effect), which only " +
+    "switching it off measures; the direct push counts only the path straight to the output.";
+  $("#gpt-effects-box").replaceChildren(table,
+    el("p", { "data-testid": "gpt-matters-sentence" }, matters),
+    el("p", { "data-testid": "gpt-disagree" }, compare));
+}
+
+/** For the picked head: the candidate prompt where it matters most, offered as an example. */
+function renderWhere() {
+  const g = state.gpt, w = where;
+  if (!w || w.layer !== g.layer || w.head !== g.head) return;
+  const tryIt = el("button", { type: "button", "data-testid": "gpt-where-try" },
+    `Try it with L${w.layer}H${w.head} switched off`);
+  tryIt.addEventListener("click", () => {
+    g.prompt = w.prompt;
+    g.off = [`${w.layer}.${w.head}`];
+    g.kind = w.kind;
+    g.steps = 0;
+    $("#gpt-prompt").value = w.prompt;
+    root.dataset.stale = "1";
+    writeURL();
+    show();
+  });
+  const how = w.kind === "mean" ? "replacing its output by its mean" : "switching it off";
+  box().replaceChildren(el("p", { "data-testid": "gpt-where-sentence" }, [
+    `Where does L${w.layer}H${w.head} matter most? Of ${w.n_candidates} windows of ` +
+    `${w.length} characters spread over the validation text, ${how} lowers the predicted ` +
+    "next character most after ", el("code", { "data-testid": "gpt-where-prompt" },
+      w.prompt.split("").map(show1).join("")),
+    `: “${show1(w.char)}” loses ${fmt(100 * w.drop, 1)} points of probability.`]), tryIt);
+}
+const box = () => $("#gpt-where");
 
 const SURE = 0.9; // the task: the most likely next character gets more than this
 
 /** "Find a prompt where the most likely next character gets over 90% at temperature 1", from
- * the returned next-character probabilities and their temperature. */
+ * the returned next-character probabilities, their temperature and the same character's
+ * probability at T = 1 (effects.p_before: the argmax does not depend on T). */
 function renderTask() {
   const box = $('[data-testid="task-sure"]');
-  const c = last.next.chars[0], p = last.next.probs[0];
+  const c = last.next.chars[0], p = last.next.probs[0], t = last.temperature;
   const said = `after “${last.chars.map(show1).join("")}” the most likely next character, ` +
-    `“${show1(c)}”, gets ${fmt(p * 100, 1)}% at T = ${fmt(last.temperature, 2)}`;
-  const atOne = last.temperature === 1;
+    `“${show1(c)}”, gets ${fmt(p * 100, 1)}% at T = ${fmt(t, 2)}`;
+  const atOne = t === 1;
   const done = atOne && p > SURE;
   box.classList.toggle("done", done);
-  box.textContent = done ? `✓ ${said[0].toUpperCase()}${said.slice(1)}.`
-    : `Not yet: ${said}` + (atOne ? `; the task needs more than ${100 * SURE}%.`
-      : `; the task counts only T = 1 (a lower temperature sharpens every prompt's bars).`);
+  if (atOne) {
+    box.textContent = done ? `✓ ${said[0].toUpperCase()}${said.slice(1)}.`
+      : `Not yet: ${said}; the task needs more than ${100 * SURE}%.`;
+    return;
+  }
+  const p1 = last.effects.p_before; // the same character at T = 1
+  const how = p > p1 ? `lowering T to ${fmt(t, 2)} sharpened the bars`
+    : p < p1 ? `raising T to ${fmt(t, 2)} flattened the bars`
+      : `T = ${fmt(t, 2)} left this character's share as it was`;
+  box.textContent = `Not yet: ${said}; the task counts only T = 1, where it gets ` +
+    `${fmt(p1 * 100, 1)}% (${how}).`;
 }
 
 let generation = null;
@@ -214,62 +507,211 @@ function renderGenerationHead() {
     const top = w.map((x, j) => [x, j]).sort((a, b) => b[0] - a[0])[0];
     return el("div", { cls: "gpt-step", "data-testid": `gpt-step-${s}` }, [
       el("p", {}, `step ${s + 1}: drew “${show1(c)}” (p = ${fmt(d.probs[s], 3)}); its query ` +
-        `read the ${n} cached keys, most “${show1(text[top[1]])}” at ${top[1]} (${fmt(top[0], 3)})`),
+        `read the ${count(n, "cached key")}, most “${show1(text[top[1]])}” at ${top[1]} ` +
+        `(${fmt(top[0], 3)})`),
       el("div", { cls: "gpt-chars" }, chips)]);
   });
   const n0 = d.prompt.length;
   $("#gpt-generation").replaceChildren(
     el("p", { "data-testid": "gpt-text" }, ["text: ", el("code", {}, text.map(show1).join(""))]),
     el("p", { cls: "note" }, `Through the KV cache each step projects only the new character ` +
-      `and its query reads the cached keys: ${n0} keys at the first step, ` +
+      `and its query reads the cached keys: ${count(n0, "key")} at the first step, ` +
       `${n0 + d.chars.length - 1} at the last — O(n·d) per step, not a full O(n²·d) pass. ` +
       `Shown: layer ${g.layer}, head ${g.head} (pick another above).`),
     ...rows);
 }
 
-function renderRoles() {
-  const r = roles;
-  const color = (v) => heat(Math.min(1, v));
-  const table = el("table", { cls: "gpt-grid", "data-testid": "gpt-roles" }, [
-    el("caption", {}, "previous-token · induction score (click a head for its pattern)"),
-    el("tr", {}, [el("th", {}, "layer"), ...r.previous_token[0].map((_, h) =>
+// -- head roles ----------------------------------------------------------------------------
+/** A layer × head grid of "previous · induction" buttons; a click calls pick(l, h). */
+function roleGrid(set, testid, caption, pick, picked) {
+  const ind = (l, h) => (set.induction[l][h] === null ? "–" : fmt(set.induction[l][h], 2));
+  return el("table", { cls: "gpt-grid", "data-testid": testid }, [
+    el("caption", {}, caption),
+    el("tr", {}, [el("th", {}, "layer"), ...set.previous_token[0].map((_, h) =>
       el("th", { scope: "col" }, `head ${h}`))]),
-    ...r.previous_token.map((row, l) => el("tr", {}, [el("th", { scope: "row" }, String(l)),
+    ...set.previous_token.map((row, l) => el("tr", {}, [el("th", { scope: "row" }, String(l)),
       ...row.map((p, h) => {
-        const b = el("button", { type: "button", "data-testid": `gpt-role-${l}-${h}`,
-          "data-prev": p, "data-induction": r.induction[l][h] },
-        `${fmt(p, 2)} · ${fmt(r.induction[l][h], 2)}`);
-        b.style.background = color(p);
-        b.style.color = p > COLORS.ink_threshold ? COLORS.ink_light : COLORS.ink_dark;
-        b.addEventListener("click", () => { rolePick = [l, h]; renderRolePattern(); });
+        const b = el("button", { type: "button", "data-testid": `${testid}-${l}-${h}`,
+          "data-prev": p, "data-induction": set.induction[l][h],
+          "aria-pressed": picked && picked[0] === l && picked[1] === h ? "true" : "false" },
+        `${fmt(p, 2)} · ${ind(l, h)}`);
+        b.style.background = heat(Math.min(1, Math.max(p, set.induction[l][h] || 0)));
+        b.style.color = Math.max(p, set.induction[l][h] || 0) > COLORS.ink_threshold
+          ? COLORS.ink_light : COLORS.ink_dark;
+        b.addEventListener("click", () => pick(l, h));
         return el("td", {}, b);
       })])),
   ]);
-  $("#gpt-roles").replaceChildren(
-    el("p", {}, `Measured on ${r.n_sequences} random sequences of ${r.half} characters, each ` +
-      "followed by itself (Olsson et al. 2022): a previous-token head puts its weight on the " +
-      "character just before; an induction head, in the second copy, on the character after " +
-      "the current one's earlier occurrence."),
-    table, el("p", { "data-testid": "gpt-roles-sentence" }, r.sentence),
-    el("div", { id: "gpt-role-pattern" }));
-  renderRolePattern();
 }
 
-function renderRolePattern() {
-  const [l, h] = rolePick || [0, 0];
-  const r = roles, n = r.example.length;
+function roleBlock(set, key, testid) {
+  const pick = rolePick[key];
+  const grid = roleGrid(set, testid, `on ${set.what}: previous-token · induction score ` +
+    "(click a head for its pattern)", (l, h) => { rolePick[key] = [l, h]; renderRoles(); },
+  pick);
+  const [l, h] = pick;
+  const n = set.example.length;
   const allowed = Array.from({ length: n }, (_, i) => Array.from({ length: n }, (_, j) => j <= i));
-  $("#gpt-role-pattern").replaceChildren(
-    el("h4", { "data-testid": "gpt-role-title" }, `layer ${l} · head ${h} on the first random ` +
-      `sequence (previous-token ${fmt(r.previous_token[l][h], 3)}, induction ` +
-      `${fmt(r.induction[l][h], 3)})`),
-    heatmap(r.example_weights[l][h], allowed, r.example, r.example, "gpt-role-cell",
-      `layer ${l} head ${h} on a repeated random sequence`));
+  return el("div", { cls: "gpt-roleset" }, [grid,
+    el("p", { "data-testid": `${testid}-sentence` }, set.sentence),
+    el("h4", { "data-testid": `${testid}-title` }, `layer ${l} · head ${h} on the first of ` +
+      `the ${set.source === "random" ? "random sequences" : "windows"} (previous-token ` +
+      `${fmt(set.previous_token[l][h], 3)}, induction ${set.induction[l][h] === null ? "–"
+        : fmt(set.induction[l][h], 3)})`),
+    heatmap(set.example_weights[l][h], allowed, set.example, set.example, `${testid}-cell`,
+      `layer ${l} head ${h} on ${set.source === "random" ? "a repeated random sequence"
+        : "a window of the validation text"}`)]);
+}
+
+function renderRoles() {
+  $("#gpt-roles").replaceChildren(
+    el("p", {}, "One definition on every text (Olsson et al. 2022): a head's previous-token " +
+      "score is its mean weight on the character just before; its induction score, over the " +
+      "characters that occurred earlier, its mean weight on the characters right after those " +
+      "earlier occurrences (where an induction head looks, to copy what came next last time)."),
+    el("div", { cls: "gpt-roles-cols" }, [roleBlock(roles.random, "random", "gpt-role"),
+      roleBlock(roles.text, "text", "gpt-textrole")]));
+}
+
+/** The same scores on the learner's own prompt, so the list agrees with the pattern shown. */
+function renderPromptRoles() {
+  const r = last.prompt_roles;
+  if (r.previous === null) {
+    $("#gpt-promptroles").replaceChildren(el("p", { "data-testid": "gpt-promptrole-sentence" },
+      "A prompt of 1 character has no previous character: type more to measure the heads " +
+      "on it."));
+    return;
+  }
+  const set = { previous_token: r.previous, induction: r.induction || r.previous.map((row) =>
+    row.map(() => null)) };
+  const flat = r.previous.flatMap((row, l) => row.map((v, h) => [v, l, h]))
+    .sort((x, y) => y[0] - x[0]);
+  const g = state.gpt;
+  const grid = roleGrid(set, "gpt-promptrole", "on your prompt: previous-token · induction " +
+    "score (click a head to open its pattern above)", openHead, [g.layer, g.head]);
+  const n = last.chars.length;
+  const [p, l, h] = flat[0];
+  const sentence = `On your prompt, L${l}H${h} puts the most weight on the previous character: ` +
+      `${fmt(p, 2)} on average over ${count(n - 1, "character")} (uniform attention would ` +
+      `give ${fmt(r.chance_previous, 3)}). ` + (r.induction === null
+      ? "No character of the prompt repeats, so no induction score."
+      : `Over the ${count(r.n_induction, "character")} that occurred earlier, the highest ` +
+        `induction score is ${fmt(Math.max(...r.induction.flat()), 2)} (uniform: ` +
+        `${fmt(r.chance_induction, 3)}).`);
+  $("#gpt-promptroles").replaceChildren(grid,
+    el("p", { "data-testid": "gpt-promptrole-sentence" }, sentence));
+}
+
+// -- the attention-only model and its phase change --------------------------------------------
+/** What the GPT above has, from its measured roles on the repeated random sequences. */
+function aboveSays() {
+  if (!roles) return "";
+  const r = roles.random, t = induction.threshold; // the library's INDUCTION
+  const flat = r.induction.flatMap((row, l) => row.map((v, h) => [v, l, h]))
+    .sort((a, b) => b[0] - a[0]);
+  const [v, l, h] = flat[0];
+  return v >= t
+    ? `The GPT above has ${count(flat.filter((x) => x[0] >= t).length, "head")} with an ` +
+      `induction score ≥ ${t} (strongest L${l}H${h}, ${fmt(v, 2)}).`
+    : `The GPT above has no induction head: on ${r.what}, its highest induction score is ` +
+      `L${l}H${h}'s ${fmt(v, 3)}, where uniform attention would give ` +
+      `${fmt(r.chance_induction, 3)}.`;
+}
+
+function renderInduction() {
+  const d = induction;
+  const steps = d.history.map((r) => r.step);
+  const xTicks = [0, ...[0.25, 0.5, 0.75, 1].map((f) => Math.round(f * steps[steps.length - 1]))];
+  // a little room past the last step, so its tick's label is not cut at the edge
+  const x = { label: "training step", domain: [0, 1.04 * steps[steps.length - 1]], ticks: xTicks,
+    format: (v) => String(v) };
+  const marks = d.phase.step === null ? [] : [{ x: d.phase.step, label: `step ${d.phase.step}` }];
+  const maxLoss = Math.max(...d.history.map((r) => r.val));
+  // the charts' own width is the room they have, so their 13 px text is not scaled down
+  const width = Math.max(300, Math.min(520, $("#gpt-induction").clientWidth || 520));
+  const loss = lineChart({ testid: "gpt-ind-loss", label: "held-out loss against training step",
+    width, height: 240, x,
+    y: { label: "loss (nats)", domain: [0, Math.ceil(maxLoss)], ticks: Array.from(
+      { length: Math.ceil(maxLoss) + 1 }, (_, i) => i), format: (v) => String(v) },
+    series: [
+      { name: "all positions", color: PALETTE[0], points: d.history.map((r) => ({ x: r.step,
+        y: r.val, title: `step ${r.step}: ${fmt(r.val, 3)}` })) },
+      { name: "repeated positions", color: PALETTE[1], dash: "5 3", points: d.history.map(
+        (r) => ({ x: r.step, y: r.repeat, title: `step ${r.step}: ${fmt(r.repeat, 3)}` })) }],
+    marks });
+  const score = lineChart({ testid: "gpt-ind-score", label: "head scores against training step",
+    width, height: 240, x,
+    y: { label: "score", domain: [0, 1], ticks: [0, 0.25, 0.5, 0.75, 1],
+      format: (v) => fmt(v, 2) },
+    series: [
+      { name: "best layer-1 induction score", color: PALETTE[2], points: d.history.map((r) =>
+        ({ x: r.step, y: r.induction, title: `step ${r.step}: ${fmt(r.induction, 3)}` })) },
+      { name: "best layer-0 previous-token score", color: PALETTE[3], dash: "5 3",
+        points: d.history.map((r) => ({ x: r.step, y: r.previous,
+          title: `step ${r.step}: ${fmt(r.previous, 3)}` })) }],
+    refY: { value: d.threshold, label: `induction head ≥ ${d.threshold}` }, marks });
+  const first = d.history[0], end = d.history[d.history.length - 1];
+  const ph = d.phase;
+  const sentence = (ph.step === null
+    ? `In ${d.steps} steps no layer-1 head reached an induction score of ${d.threshold}: ` +
+      `${fmt(end.induction, 3)} at the end.`
+    : `The best layer-1 induction score stayed near ${fmt(first.induction, 3)} and then ` +
+      `reached ${fmt(ph.induction_at, 3)} at step ${ph.step} (${fmt(end.induction, 3)} at ` +
+      `step ${end.step}), while the best layer-0 previous-token score rose to ` +
+      `${fmt(end.previous, 3)}.`) +
+    ` The loss on the repeated positions fell most between steps ${ph.steepest_from} and ` +
+    `${ph.steepest_to}: ${fmt(ph.repeat_from, 3)} → ${fmt(ph.repeat_to, 3)} — the phase change.`;
+  // its two roles' heads on a repeated random sequence
+  const best = (m, l) => m[l].reduce((b, v, h) => (v > m[l][b] ? h : b), 0);
+  const ind = [d.layers - 1, best(d.random.induction, d.layers - 1)];
+  const prev = [0, best(d.random.previous_token, 0)];
+  const pick = rolePick.induction || ind;
+  const set = d.random, n = set.example.length;
+  const allowed = Array.from({ length: n }, (_, i) => Array.from({ length: n }, (_, j) => j <= i));
+  const grid = roleGrid(set, "gpt-indrole", `on ${set.what}: previous-token · induction score ` +
+    "(click a head for its pattern)", (l, h) => { rolePick.induction = [l, h];
+    renderInduction(); }, pick);
+  $("#gpt-induction").replaceChildren(
+    el("p", { "data-testid": "gpt-ind-intro" }, `${aboveSays()} Olsson et al. saw induction heads form in small attention-only models, ` +
+      `suddenly, with two layers: a layer-0 head that reads the previous character feeds a ` +
+      `layer-1 head that finds the earlier copy of the current character and reads what came ` +
+      `after it. This one has ${d.layers} attention-only layers × ${d.heads} heads, ` +
+      `${d.width} wide, ${d.params.toLocaleString("en")} parameters, trained for ${d.steps} ` +
+      `steps (${fmt(d.elapsed, 0)} s of training on a shared 2-core machine) on windows of ` +
+      "text with repeats."),
+    el("div", { cls: "gpt-ind-charts" }, [loss, score]),
+    el("p", {}, ["Reproduce it: ", el("code", { "data-testid": "gpt-ind-command" }, d.command)]),
+    el("p", { "data-testid": "gpt-ind-sentence" }, sentence),
+    grid, el("p", { "data-testid": "gpt-indrole-sentence" }, set.sentence),
+    el("p", { cls: "note" }, `Its induction head is L${ind[0]}H${ind[1]} (score ` +
+      `${fmt(set.induction[ind[0]][ind[1]], 3)}); its previous-token head L${prev[0]}H${prev[1]}` +
+      ` (${fmt(set.previous_token[prev[0]][prev[1]], 3)}). In the second copy the induction ` +
+      "head's weight runs along a line one step right of the earlier copy."),
+    el("h4", { "data-testid": "gpt-indrole-title" }, `layer ${pick[0]} · head ${pick[1]} on ` +
+      "the first repeated random sequence"),
+    heatmap(set.example_weights[pick[0]][pick[1]], allowed, set.example, set.example,
+      "gpt-ind-cell", `the induction model's layer ${pick[0]} head ${pick[1]} on a repeated ` +
+      "random sequence"),
+    el("p", { "data-testid": "gpt-indtext-sentence" }, d.text.sentence));
 }
 
 export function mount(section) {
   root = section;
   const g = () => state.gpt;
+  // the sections of this view that index.html leaves to it
+  const after = (anchor, ...nodes) => anchor.after(...nodes);
+  after($("#gpt-next").closest(".steps"),
+    el("h3", {}, "Switch heads off: which ones make this prediction?"),
+    el("p", { cls: "note" }, "Switch off any head, or a layer's whole attention, and the " +
+      "model runs again without it: the bars above show each character's probability before " +
+      "→ after (ablation, as TransformerLens does it)."),
+    el("div", { id: "gpt-ablate", "data-testid": "gpt-ablate" }),
+    el("div", { id: "gpt-effects-box", "data-testid": "gpt-effects-box" }),
+    el("div", { id: "gpt-where", "data-testid": "gpt-where" }));
+  $("#gpt-roles-wrap").append(el("h4", {}, "The same scores on your prompt"),
+    el("div", { id: "gpt-promptroles", "data-testid": "gpt-promptroles" }));
+  $("#gpt-roles-wrap").after(el("h3", {}, "An induction head forming: a two-layer " +
+    "attention-only model"), el("div", { id: "gpt-induction", "data-testid": "gpt-induction" }));
   $("#gpt-form").addEventListener("submit", (event) => {
     event.preventDefault();
     if ($("#gpt-prompt").value !== g().prompt) root.dataset.stale = "1"; // until it is answered
@@ -282,7 +724,7 @@ export function mount(section) {
     g().temperature = Number($("#gpt-temperature").value);
     $("#gpt-temperature-value").textContent = fmt(g().temperature, 2);
     writeURL();
-    predictChannel.send({ prompt: g().prompt, temperature: g().temperature });
+    sendPredict();
     sendGeneration();
   });
   $("#gpt-step").addEventListener("click", () => {

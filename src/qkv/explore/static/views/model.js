@@ -8,7 +8,8 @@ import { state, writeURL } from "../core/state.js";
 
 export const name = "model";
 export const READS = {
-  "/api/model/attentions": ["tokens", "layers", "heads", "weights", "allowed", "model"],
+  "/api/model/attentions": ["tokens", "layers", "heads", "weights", "allowed", "model",
+    "special"],
   "/api/model/neuron": ["tokens", "token", "layer", "head", "kv_head", "products", "trace.q",
     "trace.k", "trace.v", "trace.scores", "trace.scaled", "trace.weights", "trace.allowed",
     "trace.output", "trace.scale"],
@@ -205,30 +206,48 @@ function renderHeat() {
   renderTask();
 }
 
-const MOST = 0.5; // the task: more than half the tokens look most at the one before
+const MOST = 0.5; // the task: more than half the text's tokens look most at the one before
+const FEWEST = 2; // ... of at least this many: one token cannot show a habit
 
-/** "Find a previous-token head", from the open head's weights. */
+/** "1 token", "3 tokens". */
+const count = (n, one, many = `${one}s`) => `${n} ${n === 1 ? one : many}`;
+
+/** "Find a previous-token head", from the open head's weights. Only the text's own tokens
+ * count: a query i whose token and whose previous token (i − 1) both come from the sentence,
+ * not the [CLS] / [SEP] the tokenizer adds. A sentence with fewer than FEWEST such queries
+ * (three tokens of its own in a row) cannot show a previous-token head, whatever its weights. */
 function renderTask() {
   const box = $('[data-testid="task-previous"]');
   const weights = model.weights[state.layer][state.head];
   const n = weights.length;
+  const special = model.special && model.special.length === n ? model.special
+    : Array(n).fill(false);
   const where = `layer ${state.layer}, head ${state.head}`;
   box.classList.remove("done");
-  if (n < 2) {
-    box.textContent = "Type a sentence of two or more tokens.";
+  const words = special.filter((x) => !x).length;
+  const queries = [];
+  for (let i = 1; i < n; i += 1) if (!special[i] && !special[i - 1]) queries.push(i);
+  if (queries.length < FEWEST) {
+    box.textContent = `Type a longer sentence, three words or more: this one has ` +
+      `${count(words, "token")} of its own` + (words < n ? " besides the " +
+        `${count(n - words, "marker")} the tokenizer adds` : "") +
+      `, so ${queries.length === 0 ? "no token has" : "only 1 token has"} a token of the ` +
+      "sentence just before it.";
     return;
   }
-  let count = 0;
-  for (let i = 1; i < n; i += 1) {
+  let hits = 0;
+  for (const i of queries) {
     const row = weights[i];
-    if (row.indexOf(Math.max(...row)) === i - 1) count += 1;
+    if (row.indexOf(Math.max(...row)) === i - 1) hits += 1;
   }
-  const said = `${count} of ${n - 1} tokens (after the first) attend most to the token before them`;
-  if (count / (n - 1) > MOST) {
+  const total = queries.length;
+  const said = `${hits} of ${count(total, "token")} (each after another token of the sentence) ` +
+    `${total === 1 ? "attends" : "attend"} most to the token before`;
+  if (hits / total > MOST) {
     box.classList.add("done");
     box.textContent = `✓ In ${where}, ${said}: a previous-token head.`;
   } else {
-    box.textContent = `Not yet: in ${where}, ${said}.`;
+    box.textContent = `Not yet: in ${where}, ${said}; more than half must.`;
   }
 }
 
