@@ -685,7 +685,11 @@ def backward_case(pr: Problem, lse_shift: float, with_dlse: bool, dbias: bool,
                 unbroadcast(present(dv, batch, two_d), np.shape(pr.v))]
         _, _, qf, kf, vf, bias = tolerances(pr, f)
         atols = grad_tolerances(f, qf, kf, vf, bias, do, dl)
-        pairs = [(n, g, w_, a + 4 * EPS[np.dtype(pr.v.dtype)] * _max(w_)) for n, g, w_, a in
+        # + rounding to the output dtype: 4 of its eps relative, and its smallest subnormal
+        # (a float16 gradient of 1e-26 is 0 there)
+        out_dtype = np.dtype(pr.v.dtype)
+        tiny = float(np.finfo(out_dtype).smallest_subnormal)
+        pairs = [(n, g, w_, a + 4 * EPS[out_dtype] * _max(w_) + tiny) for n, g, w_, a in
                  zip(("dq", "dk", "dv"), grads[:3], want, atols[:3], strict=True)]
         if dbias:
             want_b = unbroadcast(present(db, batch, two_d), np.shape(pr.bias[1]))
