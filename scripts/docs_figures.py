@@ -397,16 +397,28 @@ def farback_cells(o: Output) -> list[Cell]:
                               anchor="| training step |",
                               measured=_chance(prog["chance_from"][prog["steps"].index(step)])))
     att = result["models"]["attention"]
-    cells.append(Cell(prose=r"the largest weight is on the event in ([\d,]+) of",
+    cells.append(Cell(prose=r"largest weight is on the event in ([\d,]+) of",
                       measured=f"{round(att['top_weight_on_event'] * result['held_out']):,}"))
     cells.append(Cell(prose=r"mean weight there ([\d.]+)",
                       measured=f"{att['mean_weight_on_event']:.2f}"))
     for kind, row in FARBACK_ROWS.items():
+        run = result["models"][kind]
         cells.append(Cell(prose=rf"\| {re.escape(row)} \| ([\d.]+) s \|",
                           anchor="| cost (the run above) |",
-                          measured=f"{result['models'][kind]['train_seconds']:.0f}",
-                          kind="timing"))
+                          measured=f"{run['train_seconds']:.0f}", kind="timing"))
+        cells.append(Cell(prose=rf"\| {re.escape(row)} \| [\d.]+ s \| ([^|]+?) \|",
+                          anchor="| cost (the run above) |", measured=f"{run['parameters']:,}"))
+        cells.append(Cell(prose=rf"\| {re.escape(row)} \| [\d.]+ s \|(?: [^|]+ \|){{2}} "
+                                r"([^|]+?) \|",
+                          anchor="| cost (the run above) |", measured=_reach(run["progress"])))
     return cells
+
+
+def _reach(progress: dict) -> str:
+    """The first recorded training step from which no lag bucket was at chance ("never")."""
+    steps = [s for i, s in enumerate(progress["steps"])
+             if all(c is None for c in progress["chance_from"][i:])]
+    return str(steps[0]) if steps else "never"
 
 
 FARBACK_GRU = ("qkv train farback --seed 0 --gru-gate-bias 3 --json out/farback-gru-tuned.json "
@@ -422,14 +434,26 @@ def farback_gru_cells(o: Output) -> list[Cell]:
             "recency": "recency (learned decay)"}
     cells = _farback_rows(header, result["models"], rows, params=False)
     gru = result["models"]["gru"]
-    prog = gru["progress"]
-    reach = next((s for i, s in enumerate(prog["steps"])
-                  if all(c is None for c in prog["chance_from"][i:])), None)
-    cells.append(Cell(prose=r"tuned GRU: ([\d,]+) parameters", measured=f"{gru['parameters']:,}"))
+    cells.append(Cell(prose=r"the tuned GRU: ([\d,]+) parameters",
+                      measured=f"{gru['parameters']:,}"))
     cells.append(Cell(prose=r"at no lag at chance from step (\w+) on",
-                      measured=str(reach) if reach is not None else "never"))
+                      measured=_reach(gru["progress"])))
     cells.append(Cell(prose=r"trained in ([\d.]+) s", measured=f"{gru['train_seconds']:.0f}",
                       kind="timing"))
+    return cells
+
+
+FARBACK_LAG16 = "qkv train farback --seed 0 --min-lag 16 --json out/farback-lag16.json"
+
+
+def farback_lag16_cells(o: Output) -> list[Cell]:
+    """seeds.md's table of the models trained on far events only (lags 16–256)."""
+    result = json.loads((o.out / "farback-lag16.json").read_text())
+    header, _ = doc_table("docs/seeds.md", FARBACK_LAG16)
+    cells = _farback_rows(header, result["models"], FARBACK_ROWS, params=False)
+    for kind, row in (("recency", "recency"), ("gru", "GRU")):
+        cells.append(Cell(prose=rf"final\s+training\s+loss\s+of\s+the\s+{row}\s+([\d.]+)",
+                          measured=f"{result['models'][kind]['final_loss']:.3f}"))
     return cells
 
 
@@ -764,6 +788,8 @@ RUNS = [
         {"farback-gru-tuned.json": ("docs/figures/farback-gru-tuned.json",
                                     "src/qkv/tasks/data/farback-gru-tuned.json"),
          "farback-gru-tuned.png": "docs/figures/farback-gru-tuned.png"}),
+    Run("farback-lag16", "docs/seeds.md", FARBACK_LAG16, 1.5, farback_lag16_cells,
+        {"farback-lag16.json": "docs/figures/farback-lag16.json"}),
     Run("ring", "docs/distributed.md", RING, 1.5, ring_cells, benchmark=True),
     Run("scaling", "docs/seeds.md", SCALING, 1.5, scaling_time_cells,
         {"scaling.json": ("docs/figures/scaling.json", "src/qkv/tasks/data/scaling.json"),

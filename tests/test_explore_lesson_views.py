@@ -118,32 +118,37 @@ def sign_of(s: int) -> str:
     return "+" if s > 0 else "−"
 
 
-def far_first_wrong(answer: dict) -> int | None:
+def far_first_miss(answer: dict) -> int | None:
     """The task's true answer, computed here and not by the page: the shortest lag at which the
-    shipped recency model answers wrong when the answer's series has its event moved there (as
-    the lag slider moves it: ``farback_service.make_series``, a distractor on that step taken
-    over), or None if it is right at every lag. The models are called directly."""
+    shipped recency model no longer reads the event — wrong for the event's sign or for the
+    flipped one — when the answer's series has its event moved there (as the lag slider moves
+    it: ``farback_service.make_series``, a distractor on that step taken over), or None if it
+    reads it at every lag. The model is called directly, on each lag's series."""
     from qkv.explore import farback_service
 
     body = answer["request"]
     config = farback.load_pretrained("recency").config
-    rows = [farback_service.make_series(
-        body["seed"], L, body.get("event_sign"),
-        None if body.get("distractor_lags") is None else
-        [d for d in body["distractor_lags"] if d != L]) for L in range(1, config.window + 1)]
-    x = farback.features(np.stack([r[0] for r in rows]), np.stack([r[1] for r in rows]),
-                         np.stack([r[2] for r in rows]), config.n_types)
-    truth = np.array([r[2][config.window - r[3]] > 0 for r in rows])
-    wrong = farback.load_pretrained("recency").predict(x) != truth
-    return int(np.argmax(wrong)) + 1 if wrong.any() else None
+    W = config.window
+    sign = answer["event"]["sign"]
+    miss = []
+    for L in range(1, W + 1):
+        dis = None if body.get("distractor_lags") is None else \
+            [d for d in body["distractor_lags"] if d != L]
+        right = []
+        for s in (sign, -sign):
+            types, sizes, signs, _ = farback_service.make_series(body["seed"], L, s, dis)
+            x = farback.features(types[None], sizes[None], signs[None], config.n_types)
+            right.append((farback.load_pretrained("recency").predict(x)[0] == 1) == (s > 0))
+        miss.append(not all(right))
+    return miss.index(True) + 1 if any(miss) else None
 
 
 def assert_far_task(page, answer: dict, body: dict | None = None) -> None:
-    """View 8's task, judged here by :func:`far_first_wrong` (the models called directly for
-    every lag): done exactly when the event sits at the shortest lag where the recency average
-    is wrong, and the sentence names the recency model's answer shown."""
+    """View 8's task, judged here by :func:`far_first_miss` (the model called directly at
+    every lag, both signs): done exactly when the event sits at the shortest lag where the
+    recency average no longer reads it, and the sentence names the answers shown."""
     answer = {**answer, "request": body or far_state(page)}
-    target = far_first_wrong(answer)
+    target = far_first_miss(answer)
     done = target is not None and answer["event"]["lag"] == target
     shown_done, text = task_shown(page, "task-far")
     assert shown_done == done, (target, answer["event"]["lag"], text)
@@ -151,8 +156,8 @@ def assert_far_task(page, answer: dict, body: dict | None = None) -> None:
     assert text.startswith(opening), text
     r = answer["models"]["recency"]
     assert (f"At lag {answer['event']['lag']} the recency average answers "
-            f"{sign_of(r['prediction'])} (P(+) = {r['p_plus']:.3f}, "
-            f"{'right' if r['correct'] else 'wrong'})") in text, text
+            f"{sign_of(r['prediction'])} (P(+) = {r['p_plus']:.3f}) for the event's sign "
+            f"{sign_of(answer['event']['sign'])}") in text, text
 
 
 def assert_skip_task(page, answer: dict) -> None:
@@ -202,14 +207,11 @@ def far_small_text(page) -> list[str]:
 
 def far_verdicts_over_every_lag(page, answer: dict) -> list[bool]:
     """The page's own verdict function (views/farback.js taskVerdict) applied to the answer
-    with the event at each lag 1 … window, each model's answer there taken from the sweep (for
-    distractors as sampled the sweep does not depend on the lag shown)."""
+    with the event at each lag 1 … window (for distractors as sampled the sweep does not depend
+    on the lag shown, so the answer's sweep is each lag's)."""
     return page.evaluate("""async (d) => {
         const m = await import('/static/views/farback.js');
-        return d.sweep.lags.map((lag, i) => m.taskVerdict({ ...d, event: { ...d.event, lag },
-            models: Object.fromEntries(Object.entries(d.sweep.models).map(([k, s]) => [k, {
-                prediction: s.p_plus[i] > 0.5 ? 1 : -1, p_plus: s.p_plus[i],
-                correct: s.correct[i] }])) }).done);
+        return d.sweep.lags.map((lag) => m.taskVerdict({ ...d, event: { ...d.event, lag } }).done);
     }""", answer)
 
 
@@ -237,10 +239,10 @@ def test_far_back_view_shows_what_the_models_compute(desk):
     np.testing.assert_array_equal(
         np.array([weights[f"far-w-{W - i}"][0] for i in range(W)], np.float32), w)
     # the words about the curves are the stored numbers': where each falls to chance
-    words = desk.get_by_test_id("far-curves-words").text_content()
+    words = desk.get_by_test_id("far-curves-words").text_content().lower()
     for kind in KINDS:
         chance = farback.load_pretrained(kind).metrics["chance_from"]
-        label = {"attention": "attention", "recency": "recency average", "gru": "GRU"}[kind]
+        label = {"attention": "attention", "recency": "recency average", "gru": "gru"}[kind]
         if chance is None:
             assert f"{label} is never at chance" in words
         else:
@@ -257,7 +259,7 @@ def test_far_back_view_shows_what_the_models_compute(desk):
     shot(desk, "farback.png")
 
     # the task over its whole domain: the page's verdict at every lag against the oracle's
-    target = far_first_wrong({**answer, "request": far_state(desk)})
+    target = far_first_miss({**answer, "request": far_state(desk)})
     verdicts = far_verdicts_over_every_lag(desk, answer)
     assert verdicts == [lag == target for lag in range(1, W + 1)], target
     # … and driven by the keyboard through the states that matter: lag 1, the answer, its
@@ -281,14 +283,13 @@ def test_far_back_view_shows_what_the_models_compute(desk):
     assert task_shown(desk, "task-far")[0]  # back on the answer
     check_everywhere(desk)
 
-    # degenerate inputs to the verdict: a recency model right at every lag (no answer), and
-    # wrong already at lag 1 (the answer is lag 1)
+    # degenerate inputs to the verdict: a recency model that reads the event at every lag (no
+    # answer), and one that misses it already at lag 1 (the answer is lag 1)
     degenerate = desk.evaluate("""async (d) => {
         const m = await import('/static/views/farback.js');
-        const at = (lag, correct) => ({ ...d, event: { ...d.event, lag },
-            models: { ...d.models, recency: { ...d.models.recency, correct: correct[lag - 1] } },
+        const at = (lag, reads) => ({ ...d, event: { ...d.event, lag },
             sweep: { ...d.sweep, models: { ...d.sweep.models, recency: {
-                ...d.sweep.models.recency, correct } } } });
+                ...d.sweep.models.recency, reads } } } });
         const all = d.sweep.lags.map(() => true);
         const first = d.sweep.lags.map((lag) => lag !== 1);
         return [d.sweep.lags.map((lag) => m.taskVerdict(at(lag, all)).done),

@@ -76,7 +76,7 @@ def test_attention_is_flat_across_lags(held):
     rows = now["attention"]["by_lag"]
     assert now["attention"]["chance_from"] is None
     for row in rows:
-        assert lower(row) > 0.98, row
+        assert lower(row) > 0.95, row
     accs = [r["accuracy"] for r in rows]
     # no trend with distance: the farthest half of the buckets as good as the nearest half
     # within two buckets' worth of sampling noise at the observed rate

@@ -148,6 +148,9 @@ def _add_farback(sub) -> None:
     p.add_argument("--window", type=int, default=None, help="window length (default 256)")
     p.add_argument("--per-bucket", type=int, default=None,
                    help="held-out series per lag bucket (1, 2–3, 4–7, …; default 500)")
+    p.add_argument("--min-lag", type=int, default=None,
+                   help="the event's shortest lag in training (default 1; the held-out "
+                        "buckets still start at lag 1)")
     p.add_argument("--gru-gate-bias", type=float, default=None,
                    help="add this to the GRU's update-gate bias at initialisation (default 0; "
                         "3 makes it keep its state by default)")
@@ -573,7 +576,7 @@ def run_farback(args: argparse.Namespace) -> int:
     from qkv.tasks import plots
 
     config = _experiment_config(args, "farback", fb.FarbackConfig, QUICK_FARBACK, {
-        "window": args.window, "gru_gate_bias": args.gru_gate_bias})
+        "window": args.window, "gru_gate_bias": args.gru_gate_bias, "min_lag": args.min_lag})
     per_bucket = _count(args, "per_bucket", "farback", quick=100, full=500)
     console = Console()
     console.print(f"a type-0 block trade at lag {config.min_lag}–{config.window} (log-uniform) "

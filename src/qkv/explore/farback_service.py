@@ -103,22 +103,33 @@ def answers(ms: dict, x: np.ndarray) -> dict[str, np.ndarray]:
 def sweep(seed: int, event_sign=None, distractor_lags=None) -> dict:
     """The same series with the event moved to every lag 1 … window, as the page's lag slider
     would move it (:func:`make_series` with ``event_lag`` = that lag, and a distractor on that
-    step taken over by the event): each model's P(+) and whether it is right there."""
+    step taken over by the event), once with the event's sign and once with it flipped: each
+    model's P(+), whether it is right, and whether it *reads* the event there — right for both
+    signs (a model that answers the same whatever the event's sign is right for one of them by
+    luck, not by reading it)."""
     from qkv.tasks import farback
 
     ms = models()
     config = ms["attention"].config
     W = config.window
-    rows = [make_series(seed, L, event_sign,
-                        None if distractor_lags is None else
-                        [d for d in distractor_lags if d != L]) for L in range(1, W + 1)]
-    x = farback.features(np.stack([r[0] for r in rows]), np.stack([r[1] for r in rows]),
-                         np.stack([r[2] for r in rows]), config.n_types)  # (W, W, d_in)
+
+    def at_every_lag(sign):
+        return [make_series(seed, L, sign, None if distractor_lags is None else
+                            [d for d in distractor_lags if d != L]) for L in range(1, W + 1)]
+
+    rows = at_every_lag(event_sign)
     truth = np.array([r[2][W - r[3]] for r in rows])  # (W,) ±1: the event's sign at each lag
+    flipped = at_every_lag(-int(truth[0]))  # the sign is the same at every lag
+    both = rows + flipped
+    x = farback.features(np.stack([r[0] for r in both]), np.stack([r[1] for r in both]),
+                         np.stack([r[2] for r in both]), config.n_types)  # (2W, W, d_in)
     out = {"lags": list(range(1, W + 1)), "truth": [int(v) for v in truth], "models": {}}
     for kind, p in answers(ms, x).items():
-        out["models"][kind] = {"p_plus": p.tolist(),
-                               "correct": ((p > 0.5) == (truth > 0)).tolist()}
+        right = (p[:W] > 0.5) == (truth > 0)
+        right_flipped = (p[W:] > 0.5) == (truth < 0)
+        out["models"][kind] = {"p_plus": p[:W].tolist(), "correct": right.tolist(),
+                               "p_plus_flipped": p[W:].tolist(),
+                               "reads": (right & right_flipped).tolist()}
     return out
 
 
@@ -151,6 +162,13 @@ def read(seed: int, event_lag=None, event_sign=None, distractor_lags=None) -> di
                         "weight_on_distractors": float(w[dis].sum()) if dis else 0.0,
                         "max_distractor_weight": float(w[dis].max()) if dis else 0.0}
     out["sweep"] = sweep(seed, event_sign, distractor_lags)
+    # the lag shown: its own one-series forward, so the sweep and the answer agree to the bit
+    # (a batch of W series may round differently in float32)
+    for kind, answer in out["models"].items():
+        one = out["sweep"]["models"][kind]
+        flipped_right = (one["p_plus_flipped"][lag - 1] > 0.5) == (truth < 0)
+        one["p_plus"][lag - 1], one["correct"][lag - 1] = answer["p_plus"], answer["correct"]
+        one["reads"][lag - 1] = bool(answer["correct"] and flipped_right)
     return out
 
 

@@ -66,6 +66,8 @@ class FarbackAttention(BaseModel):
 class FarbackSweepModel(BaseModel):
     p_plus: list[float] = Field(description="P(+) with the event moved to lag i + 1")
     correct: list[bool]
+    p_plus_flipped: list[float] = Field(description="P(+) there with the event's sign flipped")
+    reads: list[bool] = Field(description="right for both signs of the event at lag i + 1")
 
 
 class FarbackSweepModels(BaseModel):

@@ -179,13 +179,14 @@ def features(types, sizes, signs, n_types: int) -> np.ndarray:
 
 def lag_buckets(config: FarbackConfig) -> list[tuple[int, int]]:
     """Lag buckets that double: [1, 1], [2, 3], [4, 7], … up to the window (the last bucket
-    ends at the window), starting at min_lag — the scale on which a memory fades."""
-    lo, out = config.min_lag, []
+    ends at the window) — the scale on which a memory fades. They start at 1 whatever the
+    training's min_lag, so a model trained on far events only is still scored near the end."""
+    lo, out = 1, []
     while lo <= config.window:
-        hi = 2 * (1 << (lo.bit_length() - 1)) - 1  # the end of lo's doubling
+        hi = 2 * lo - 1  # lo is a power of two: the end of its doubling
         hi = config.window if 2 * hi + 1 > config.window else hi
-        out.append((lo, min(hi, config.window)))
-        lo = out[-1][1] + 1
+        out.append((lo, hi))
+        lo = hi + 1
     return out
 
 

@@ -23,17 +23,32 @@ export const READS = {
     "attention.weight_on_distractors", "attention.max_distractor_weight",
     "sweep.lags", "sweep.truth", "sweep.models.attention.p_plus",
     "sweep.models.attention.correct", "sweep.models.recency.p_plus",
-    "sweep.models.recency.correct", "sweep.models.gru.p_plus", "sweep.models.gru.correct"],
-  "/api/farback/curves": ["held_out", "per_bucket", "window", "command",
-    "top_weight_on_event", "mean_weight_on_event",
-    ...["attention", "recency", "gru"].flatMap((k) => ["parameters", "steps", "train_seconds",
-      "accuracy", "by_lag.lags", "by_lag.cases", "by_lag.correct", "by_lag.accuracy",
-      "by_lag.interval", "chance_from", "progress.per_bucket", "progress.steps",
-      "progress.accuracy", "progress.chance_from"].map((f) => `models.${k}.${f}`)),
-    "gru_tuned.parameters", "gru_tuned.steps", "gru_tuned.train_seconds", "gru_tuned.accuracy",
-    "gru_tuned.by_lag.lags", "gru_tuned.by_lag.accuracy", "gru_tuned.chance_from",
-    "gru_tuned.progress.steps", "gru_tuned.progress.chance_from", "gru_tuned.gate_bias",
-    "gru_tuned.command"],
+    "sweep.models.recency.correct", "sweep.models.gru.p_plus", "sweep.models.gru.correct",
+    "sweep.models.attention.p_plus_flipped", "sweep.models.attention.reads",
+    "sweep.models.recency.p_plus_flipped", "sweep.models.recency.reads",
+    "sweep.models.gru.p_plus_flipped", "sweep.models.gru.reads"],
+  "/api/farback/curves": [
+    "held_out", "per_bucket", "window", "command", "top_weight_on_event", "mean_weight_on_event",
+    "models.attention.parameters", "models.attention.steps", "models.attention.train_seconds",
+    "models.attention.accuracy", "models.attention.by_lag.lags", "models.attention.by_lag.cases",
+    "models.attention.by_lag.correct", "models.attention.by_lag.accuracy",
+    "models.attention.by_lag.interval", "models.attention.chance_from",
+    "models.attention.progress.per_bucket", "models.attention.progress.steps",
+    "models.attention.progress.accuracy", "models.attention.progress.chance_from",
+    "models.recency.parameters", "models.recency.steps", "models.recency.train_seconds",
+    "models.recency.accuracy", "models.recency.by_lag.lags", "models.recency.by_lag.cases",
+    "models.recency.by_lag.correct", "models.recency.by_lag.accuracy",
+    "models.recency.by_lag.interval", "models.recency.chance_from",
+    "models.recency.progress.per_bucket", "models.recency.progress.steps",
+    "models.recency.progress.accuracy", "models.recency.progress.chance_from",
+    "models.gru.parameters", "models.gru.steps", "models.gru.train_seconds",
+    "models.gru.accuracy", "models.gru.by_lag.lags", "models.gru.by_lag.cases",
+    "models.gru.by_lag.correct", "models.gru.by_lag.accuracy", "models.gru.by_lag.interval",
+    "models.gru.chance_from", "models.gru.progress.per_bucket", "models.gru.progress.steps",
+    "models.gru.progress.accuracy", "models.gru.progress.chance_from", "gru_tuned.parameters",
+    "gru_tuned.steps", "gru_tuned.train_seconds", "gru_tuned.accuracy", "gru_tuned.by_lag.lags",
+    "gru_tuned.by_lag.accuracy", "gru_tuned.chance_from", "gru_tuned.progress.steps",
+    "gru_tuned.progress.chance_from", "gru_tuned.gate_bias", "gru_tuned.command"],
 };
 
 const KINDS = ["attention", "recency", "gru"];
@@ -231,12 +246,13 @@ function sweepPlot(d, width) {
     "right); the grey line is the lag chosen now.")]);
 }
 
-/** What the sweep shows, per model: at how many lags it is right, and its first wrong lag. */
+/** What the sweep shows, per model: at how many lags it reads the event (right for both of
+ * its signs), and the first lag where it does not. */
 function sweepFacts(d, kind) {
-  const c = d.sweep.models[kind].correct;
-  const right = c.filter(Boolean).length;
-  const firstWrong = c.indexOf(false);
-  return { right, total: c.length, firstWrong: firstWrong < 0 ? null : d.sweep.lags[firstWrong] };
+  const reads = d.sweep.models[kind].reads;
+  const miss = reads.indexOf(false);
+  return { reads: reads.filter(Boolean).length, total: reads.length,
+    firstMiss: miss < 0 ? null : d.sweep.lags[miss] };
 }
 
 /** Sentences written from the answer's numbers. */
@@ -265,10 +281,11 @@ function sentences(d) {
     : `At lag ${d.event.lag}: right ${right.join(", ") || "none"}; wrong ${wrong.join(", ")}.`);
   const facts = KINDS.map((k) => {
     const f = sweepFacts(d, k);
-    return `${LABEL[k]} right at ${f.right} of ${plural(f.total, "lag")}` +
-      (f.firstWrong === null ? "" : ` (first wrong at lag ${f.firstWrong})`);
+    return `${LABEL[k]} at ${f.reads} of ${plural(f.total, "lag")}` +
+      (f.firstMiss === null ? "" : ` (the first it misses: lag ${f.firstMiss})`);
   });
-  out.push(`With this series' event moved to each lag from 1 to ${W}: ${facts.join("; ")}.`);
+  out.push(`With this series' event moved to each lag from 1 to ${W}, a model reads it where ` +
+    `it answers right for both of its signs: ${facts.join("; ")}.`);
   return out;
 }
 
@@ -293,34 +310,40 @@ function render(d) {
 }
 
 // -- the guided task ---------------------------------------------------------------------------
-/** The task's answer from the sweep: the shortest lag where the recency average is wrong on
- * this series (its distractors and sign as they stand), or null if it is right at every lag. */
-export function recencyFirstWrong(d) {
-  return sweepFacts(d, "recency").firstWrong;
+/** The task's answer from the sweep: the shortest lag where the recency average no longer
+ * reads this series' event (wrong for its sign or for the flipped one; distractors as they
+ * stand), or null if it reads it at every lag. */
+export function recencyFirstMiss(d) {
+  return sweepFacts(d, "recency").firstMiss;
 }
 
 /** The task's verdict on an answer: {done, text}. Done exactly when the event sits at the
- * shortest lag where the recency average is wrong on this series (from the answer's sweep). */
+ * shortest lag where the recency average no longer reads it. */
 export function taskVerdict(d) {
-  const target = recencyFirstWrong(d);
-  const r = d.models.recency;
-  const now = `At lag ${d.event.lag} the recency average answers ${signText(r.prediction)} ` +
-    `(P(+) = ${fmt(r.p_plus, 3)}, ${r.correct ? "right" : "wrong"})`;
+  const target = recencyFirstMiss(d);
+  const i = d.event.lag - 1;
+  const s = d.sweep.models.recency;
+  const other = signText(-d.event.sign);
+  const said = (p) => `${signText(p > 0.5 ? 1 : -1)} (P(+) = ${fmt(p, 3)})`;
+  const now = `At lag ${d.event.lag} the recency average answers ${said(s.p_plus[i])} for the ` +
+    `event's sign ${signText(d.event.sign)}, and ${said(s.p_plus_flipped[i])} had it been ` +
+    `${other}`;
   if (target === null) {
-    return { done: false, text: `${now}, and it is right at every lag of this series: there ` +
-      "is no lag to find here. Try a new series, or place distractors." };
+    return { done: false, text: `${now}. It reads this event at every lag: there is no lag to ` +
+      "find here. Try a new series, or place distractors." };
   }
   if (d.event.lag === target) {
-    const still = KINDS.filter((k) => k !== "recency" && d.models[k].correct).map((k) => LABEL[k]);
-    return { done: true, text: `✓ ${now}: lag ${target} is the shortest lag where it is wrong ` +
-      "on this series" + (target > 1 ? ` (right at every lag from 1 to ${target - 1})` : "") +
-      ". " + (still.length ? `Here ${still.join(" and ")} ${still.length === 1 ? "is" : "are"} ` +
-        "still right." : "Here the other two are wrong as well.") };
+    const still = KINDS.filter((k) => k !== "recency" && d.sweep.models[k].reads[i])
+      .map((k) => LABEL[k]);
+    return { done: true, text: `✓ ${now}: lag ${target} is the shortest lag where it no longer ` +
+      "reads the event" + (target > 1 ? ` (it read it at every lag from 1 to ${target - 1})`
+      : "") + ". " + (still.length ? `Here ${still.join(" and ")} still ` +
+        `${still.length === 1 ? "reads" : "read"} it.` : "Here the other two miss it as well.") };
   }
-  return { done: false, text: `Not yet. ${now}. ` + (r.correct
-    ? "Move the event further back until it answers wrong."
-    : "It is wrong here, but it is wrong at a shorter lag too: move the event nearer (towards " +
-      "lag 1).") };
+  return { done: false, text: `Not yet. ${now}. ` + (s.reads[i]
+    ? "It still reads the event here: move it further back."
+    : "It misses the event here, but it already missed it at a shorter lag: move the event " +
+      "nearer (towards lag 1).") };
 }
 
 function renderTask(d) {
@@ -350,7 +373,7 @@ function curvesChart(c, width) {
   const mid = (b) => Math.sqrt(b.lags[0] * b.lags[1]);
   const ticks = [1, 4, 16, 64, 256, 1024].filter((t) => t <= c.window);
   return lineChart({
-    testid: "far-curves", width, height: 260, left: 50,
+    testid: "far-curves", width, height: 260, left: 62,
     label: `held-out accuracy by lag of the three models, ${c.per_bucket} series per lag bucket`,
     x: { label: "lag of the event (log scale)", log: true, domain: [1, c.window], ticks,
       format: (v) => String(v) },
@@ -395,7 +418,7 @@ function curvesWords(c) {
   const first = (k) => c.models[k].by_lag[0];
   out.push(`With the event at lag ${lagsText(first("attention").lags)}: ` + KINDS.map((k) =>
     `${LABEL[k]} ${fmt(first(k).accuracy, 3)}`).join(", ") + ` (${c.per_bucket} held-out series).`);
-  out.push(KINDS.map((k) => {
+  const said = KINDS.map((k) => {
     const run = c.models[k];
     if (run.chance_from === null) {
       const low = run.by_lag.reduce((a, b) => (b.accuracy < a.accuracy ? b : a));
@@ -405,7 +428,9 @@ function curvesWords(c) {
     const b = run.by_lag.find((r) => r.lags[0] === run.chance_from[0]);
     return `${LABEL[k]} falls to chance from lag ${lagsText(b.lags)} (${fmt(b.accuracy, 3)}, ` +
       `95% interval ${fmt(b.interval[0], 3)}–${fmt(b.interval[1], 3)} holds 0.5)`;
-  }).join("; ") + ". A bucket marked ~ is one whose 95% interval holds 0.5: a coin flip.");
+  }).join("; ");
+  out.push(`${said[0].toUpperCase()}${said.slice(1)}. A bucket marked ~ is one whose 95% ` +
+    "interval holds 0.5: a coin flip.");
   out.push(`The attention model's largest weight is on the event in ${fmt(c.top_weight_on_event, 3)} ` +
     `of the ${c.held_out.toLocaleString("en")} held-out series (mean weight there ` +
     `${fmt(c.mean_weight_on_event, 3)}).`);
