@@ -10,15 +10,21 @@ The series (``window`` steps, a trade per step; features per step, ``d_in = n_ty
     x_t = [onehot(type_t) (n_types) , size_t , sign_t , sign_t · size_t]
 
 Most trades are small (size in [0.1, 1)), of a random type and sign. Exactly one is a *block
-trade of type 0* (size in [3, 5)) at lag L (L = 1 is the last step), L uniform in
-[min_lag, window]. The target is its sign. Between it and the end of the window sit
-``n_recent`` block trades of other types (sizes in [3, 8): as large or larger, random signs)
-and at least one small trade of type 0; ``n_anywhere`` more blocks of other types lie
-anywhere. So:
+trade of type 0* (size in [3, 5)) at lag L (L = 1 is the last step), L log-uniform in
+[min_lag, window] (min_lag 1 by default: each doubling of the lag about equally likely, so
+near events are trained on as much as far ones). The target is its sign. Between it and the
+end of the window sit up to ``n_recent`` block trades of other types (sizes in [3, 8): as
+large or larger, random signs) and then a small trade of type 0 — as many as there is room
+for in the L − 1 later steps; ``n_anywhere`` more blocks of other types lie anywhere. So once
+the event is more than ``n_recent + 1`` steps back:
 
-- the most recent block trade is never the answer (it is a distractor, of another type);
-- the most recent type-0 trade is never the answer (it is a small one, of random sign);
+- the most recent block trade is not the answer (it is a distractor, of another type);
+- the most recent type-0 trade is not the answer (it is a small one, of random sign);
 - the event is singled out only by the *conjunction* "type 0 and large" — its merits.
+
+At lag 1 the event is the latest trade of every kind: every model, and every recency rule,
+can be right there. Held-out scores are by lag bucket (1, 2–3, 4–7, …), with 95% Wilson
+intervals and the bucket where a model falls to chance (:func:`chance_lag`).
 
 Three models, trained the same way (same batches, Adam, steps):
 
@@ -223,7 +229,8 @@ def chance_lag(by_lag: list[dict]) -> list[int] | None:
 
 # -- recency rules: what "most recent wins" would answer -------------------------------------
 def recency_rules(s: Series) -> dict[str, np.ndarray]:
-    """Predictions (B,) of hand-written recency rules; the task is built so each is at chance."""
+    """Predictions (B,) of hand-written recency rules: right where the event is the latest
+    trade of their kind (lag 1), at chance once distractors come after it."""
     W = s.types.shape[1]
     big = s.sizes >= 3.0
     idx = np.arange(W)
