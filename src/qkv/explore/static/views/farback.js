@@ -368,19 +368,37 @@ export function reachStep(progress) {
   return step;
 }
 
+const SHORT = { attention: "attention", recency: "recency", gru: "GRU" };
+const CHART_LEFT = 62;
+
+/** Does a mark's label at lag x fit inside a log-lag chart of this width? (lineChart puts it
+ * right of the line in the first 70% of the plot, left of it after; 13 px text, at most
+ * 0.62 em a character.) */
+function markFits(x, label, window, width) {
+  const plot = width - CHART_LEFT - 14;
+  const at = CHART_LEFT + (Math.log10(x) / Math.log10(window)) * plot;
+  const room = at > CHART_LEFT + 0.7 * plot ? at - 4 - CHART_LEFT : width - 14 - at - 4;
+  return label.length * 13 * 0.62 <= room;
+}
+
 function curvesChart(c, width) {
   const buckets = c.models.attention.by_lag;
   const mid = (b) => Math.sqrt(b.lags[0] * b.lags[1]);
   const ticks = [1, 4, 16, 64, 256, 1024].filter((t) => t <= c.window);
   return lineChart({
-    testid: "far-curves", width, height: 260, left: 62,
+    testid: "far-curves", width, height: 260, left: CHART_LEFT,
     label: `held-out accuracy by lag of the three models, ${c.per_bucket} series per lag bucket`,
     x: { label: "lag of the event (log scale)", log: true, domain: [1, c.window], ticks,
       format: (v) => String(v) },
     y: { label: "accuracy", domain: [0.3, 1], ticks: [0.5, 0.75, 1], format: (v) => fmt(v, 2) },
     refY: { value: 0.5, label: "chance" },
-    marks: KINDS.filter((k) => c.models[k].chance_from !== null)
-      .map((k) => ({ x: c.models[k].chance_from[0], label: "" })),
+    // each model's chance bucket, labelled where the label fits (the legend names them all)
+    marks: KINDS.filter((k) => c.models[k].chance_from !== null).map((k, _, all) => {
+      const x = c.models[k].chance_from[0];
+      const label = `${SHORT[k]} at chance`;
+      const alone = all.filter((j) => c.models[j].chance_from[0] === x).length === 1;
+      return { x, label: alone && markFits(x, label, c.window, width) ? label : "" };
+    }),
     series: KINDS.map((kind, k) => ({
       name: `${LABEL[kind]}: ${chanceWords(c.models[kind])}`, color: PALETTE[k],
       dash: k === 2 ? "6 3" : undefined,
