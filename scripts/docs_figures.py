@@ -352,68 +352,110 @@ FARBACK = ("qkv train farback --seed 0 --json out/farback.json --plot out/farbac
            "--weights-plot out/farback-weights.png --heatmap out/farback-weights.html "
            "--save-dir out")
 FARBACK_ROWS = {"attention": "attention", "recency": "recency (learned decay)", "gru": "GRU"}
+FARBACK_RULES = {"latest block trade": "rule: sign of the latest block trade",
+                 "latest type-0 trade": "rule: sign of the latest type-0 trade",
+                 **{f"EMA λ={lam}": f"rule: sign of an EMA of signed size, λ = {lam}"
+                    for lam in ("0.9", "0.99", "0.999")}}
+FARBACK_PROGRESS_STEPS = (50, 100, 150, 200, 300, 600)  # the rows of seeds.md's reach table
+
+
+def _chance(lags) -> str:
+    """A "chance from" bucket as seeds.md writes it: "16–31", "1", or "never"."""
+    return "never" if lags is None else (f"{lags[0]}–{lags[1]}" if lags[1] > lags[0]
+                                         else str(lags[0]))
+
+
+def _farback_rows(header: list[str], entries: dict[str, dict], rows: dict[str, str],
+                  params: bool) -> list[Cell]:
+    """One row per model or rule of a far-back table: [params,] accuracy per lag bucket, all,
+    and the bucket where it falls to chance."""
+    cells = []
+    first = 2 if params else 1
+    for key, row in rows.items():
+        entry = entries[key]
+        if params:
+            cells.append(Cell(row, "params", f"{entry['parameters']:,}"))
+        for column, lag in zip(header[first:-2], entry["by_lag"], strict=True):
+            cells.append(Cell(row, column, f"{lag['accuracy']:.3f}"))
+        cells.append(Cell(row, header[-2], f"{entry['accuracy']:.3f}"))
+        cells.append(Cell(row, header[-1], _chance(entry["chance_from"])))
+    return cells
 
 
 def farback_cells(o: Output) -> list[Cell]:
     result = json.loads((o.out / "farback.json").read_text())
     header, _ = doc_table("docs/seeds.md", FARBACK)
     cells = [_wall("qkv train farback")(o)]
+    cells += _farback_rows(header, result["models"], FARBACK_ROWS, params=True)
+    rules = {name: {**rule, "parameters": 0} for name, rule in result["recency_rules"].items()}
+    for cell in _farback_rows(header, rules, FARBACK_RULES, params=True):
+        if cell.column != "params":
+            cells.append(cell)
+    # the reach table: where each model falls to chance at a few training steps
+    for step in FARBACK_PROGRESS_STEPS:
+        for j, kind in enumerate(FARBACK_ROWS):
+            prog = result["models"][kind]["progress"]
+            cells.append(Cell(prose=rf"\| step {step} \|(?: [^|]+ \|){{{j}}} ([^|]+?) \|",
+                              anchor="| training step |",
+                              measured=_chance(prog["chance_from"][prog["steps"].index(step)])))
+    att = result["models"]["attention"]
+    cells.append(Cell(prose=r"largest weight is on the event in ([\d,]+) of",
+                      measured=f"{round(att['top_weight_on_event'] * result['held_out']):,}"))
+    cells.append(Cell(prose=r"mean weight there ([\d.]+)",
+                      measured=f"{att['mean_weight_on_event']:.2f}"))
     for kind, row in FARBACK_ROWS.items():
-        model = result["models"][kind]
-        cells.append(Cell(row, "params", f"{model['parameters']:,}"))
-        for column, lag in zip(header[2:-1], model["by_lag"], strict=True):
-            cells.append(Cell(row, column, f"{lag['accuracy']:.3f}"))
-        cells.append(Cell(row, "all", f"{model['accuracy']:.3f}"))
-    rules = result["recency_rules"]
-    all_column = header[-1]
-    cells.append(Cell("rule: sign of the latest block trade", all_column,
-                      f"{rules['latest block trade']['accuracy']:.3f}"))
-    cells.append(Cell("rule: sign of the latest type-0 trade", all_column,
-                      f"{rules['latest type-0 trade']['accuracy']:.3f}"))
-    cells.append(Cell("rule: sign of an EMA of signed size, λ = 0.9 / 0.99 / 0.999", all_column,
-                      " / ".join(f"{rules[f'EMA λ={lam}']['accuracy']:.3f}"
-                                 for lam in ("0.9", "0.99", "0.999"))))
-    # the default run is also the "256, 600" column of the "Longer, and shorter" table
-    command = FARBACK_LONGER["farback-5000"][0]
-    for cell in farback_column("farback.json", "256, 600")(o):
-        cell.prose = rf"\| {re.escape(cell.row)} \|(?: [^|]+ \|){{3}} ([^|]+?) \|"
-        cell.anchor = command.split(" --plot")[0]
-        cells.append(cell)
+        run = result["models"][kind]
+        cells.append(Cell(prose=rf"\| {re.escape(row)} \| ([\d.]+) s \|",
+                          anchor="| cost (the run above) |",
+                          measured=f"{run['train_seconds']:.0f}", kind="timing"))
+        cells.append(Cell(prose=rf"\| {re.escape(row)} \| [\d.]+ s \| ([^|]+?) \|",
+                          anchor="| cost (the run above) |", measured=f"{run['parameters']:,}"))
+        cells.append(Cell(prose=rf"\| {re.escape(row)} \| [\d.]+ s \|(?: [^|]+ \|){{2}} "
+                                r"([^|]+?) \|",
+                          anchor="| cost (the run above) |", measured=_reach(run["progress"])))
     return cells
 
 
-def farback_column(name: str, column: str) -> Callable[[Output], list[Cell]]:
-    """One column of seeds.md's "Longer, and shorter" table: each model's held-out accuracy."""
-    def cells(o: Output) -> list[Cell]:
-        models = json.loads((o.out / name).read_text())["models"]
-        return [Cell(row, column, f"{models[kind]['accuracy']:.3f}")
-                for kind, row in FARBACK_ROWS.items()]
-    return cells
+def _reach(progress: dict) -> str:
+    """The first recorded training step from which no lag bucket was at chance ("never")."""
+    steps = [s for i, s in enumerate(progress["steps"])
+             if all(c is None for c in progress["chance_from"][i:])]
+    return str(steps[0]) if steps else "never"
 
-
-FARBACK_LONGER = {  # run name → (command, its JSON, its column)
-    "farback-5000": ("qkv train farback --seed 0 --steps 5000 --json out/farback-5000.json "
-                     "--plot out/farback-5000.png", "farback-5000.json", "256, 5,000"),
-    **{f"farback-window{w}": (f"qkv train farback --seed 0 --window {w} --steps 3000 --json "
-                              f"out/farback-window{w}.json", f"farback-window{w}.json", column)
-       for w, column in ((32, "window 32, 3,000 steps"), (64, "64, 3,000"),
-                         (128, "128, 3,000"))}}
 
 FARBACK_GRU = ("qkv train farback --seed 0 --gru-gate-bias 3 --json out/farback-gru-tuned.json "
                "--plot out/farback-gru-tuned.png")
 
 
 def farback_gru_cells(o: Output) -> list[Cell]:
-    """seeds.md's "A tuned recurrent model" table: accuracy by lag and in all."""
-    models = json.loads((o.out / "farback-gru-tuned.json").read_text())["models"]
+    """seeds.md's "A tuned recurrent model" table: accuracy by lag, in all, where it falls to
+    chance, and the tuned GRU's cost."""
+    result = json.loads((o.out / "farback-gru-tuned.json").read_text())
     header, _ = doc_table("docs/seeds.md", FARBACK_GRU)
     rows = {"attention": "attention", "gru": "GRU, update-gate bias +3",
             "recency": "recency (learned decay)"}
-    cells = []
-    for kind, row in rows.items():
-        for column, lag in zip(header[1:-1], models[kind]["by_lag"], strict=True):
-            cells.append(Cell(row, column, f"{lag['accuracy']:.3f}"))
-        cells.append(Cell(row, "all", f"{models[kind]['accuracy']:.3f}"))
+    cells = _farback_rows(header, result["models"], rows, params=False)
+    gru = result["models"]["gru"]
+    cells.append(Cell(prose=r"the tuned GRU: ([\d,]+) parameters",
+                      measured=f"{gru['parameters']:,}"))
+    cells.append(Cell(prose=r"at no lag at chance from step (\w+) on",
+                      measured=_reach(gru["progress"])))
+    cells.append(Cell(prose=r"trained in ([\d.]+) s", measured=f"{gru['train_seconds']:.0f}",
+                      kind="timing"))
+    return cells
+
+
+FARBACK_LAG16 = "qkv train farback --seed 0 --min-lag 16 --json out/farback-lag16.json"
+
+
+def farback_lag16_cells(o: Output) -> list[Cell]:
+    """seeds.md's table of the models trained on far events only (lags 16–256)."""
+    result = json.loads((o.out / "farback-lag16.json").read_text())
+    header, _ = doc_table("docs/seeds.md", FARBACK_LAG16)
+    cells = _farback_rows(header, result["models"], FARBACK_ROWS, params=False)
+    for kind, row in (("recency", "recency"), ("gru", "GRU")):
+        cells.append(Cell(prose=rf"final\s+training\s+loss\s+of\s+the\s+{row}\s+([\d.]+)",
+                          measured=f"{result['models'][kind]['final_loss']:.3f}"))
     return cells
 
 
@@ -776,11 +818,12 @@ RUNS = [
          "seq2seq-alignment.svg": "docs/figures/seq2seq-alignment.svg",
          "seq2seq-fixed.safetensors": "src/qkv/tasks/data/seq2seq-fixed.safetensors",
          "seq2seq-attention.safetensors": "src/qkv/tasks/data/seq2seq-attention.safetensors"}),
-    *(Run(name, "docs/seeds.md", command, minutes, farback_column(json_name, column),
-          long=True)  # exact figures, but 13 minutes together
-      for (name, (command, json_name, column)), minutes in zip(FARBACK_LONGER.items(),
-                                                              (6.0, 2.0, 2.5, 3.0), strict=True)),
-    Run("farback-gru", "docs/seeds.md", FARBACK_GRU, 1.0, farback_gru_cells),
+    Run("farback-gru", "docs/seeds.md", FARBACK_GRU, 1.0, farback_gru_cells,
+        {"farback-gru-tuned.json": ("docs/figures/farback-gru-tuned.json",
+                                    "src/qkv/tasks/data/farback-gru-tuned.json"),
+         "farback-gru-tuned.png": "docs/figures/farback-gru-tuned.png"}),
+    Run("farback-lag16", "docs/seeds.md", FARBACK_LAG16, 1.5, farback_lag16_cells,
+        {"farback-lag16.json": "docs/figures/farback-lag16.json"}),
     Run("ring", "docs/distributed.md", RING, 1.5, ring_cells, benchmark=True),
     Run("scaling", "docs/seeds.md", SCALING, 1.5, scaling_time_cells,
         {"scaling.json": ("docs/figures/scaling.json", "src/qkv/tasks/data/scaling.json"),

@@ -381,7 +381,7 @@ def test_cli_cannot_write_a_checkpoint_in_one_line(tmp_path):
 def test_cli_saves_the_farback_models_where_asked(tmp_path):
     from qkv.tasks import farback
 
-    main(["train", "farback", "--quick", "--steps", "2", "--held-out", "40", "--no-progress",
+    main(["train", "farback", "--quick", "--steps", "2", "--per-bucket", "5", "--no-progress",
           "--save-dir", str(tmp_path)])
     for kind in farback.KINDS:
         model = farback.FarbackModel.load(tmp_path / f"farback-{kind}.safetensors")

@@ -118,19 +118,46 @@ def sign_of(s: int) -> str:
     return "+" if s > 0 else "−"
 
 
-def assert_far_task(page, answer: dict) -> None:
-    """View 8's task, judged here from the API's answer: the event 150 or more steps back,
-    attention right, recency and the GRU wrong."""
-    m = answer["models"]
-    done = (answer["event"]["lag"] >= 150 and m["attention"]["correct"]
-            and not m["recency"]["correct"] and not m["gru"]["correct"])
-    label = {"attention": "attention", "recency": "recency (learned decay)", "gru": "GRU"}
-    assert_verdict(page, "task-far", done,
-                   f"he event is {answer['event']['lag']} steps back, sign "
-                   f"{sign_of(answer['event']['sign'])}",
-                   *(f"{label[k]} answers {sign_of(m[k]['prediction'])} ("
-                     f"{'right' if m[k]['correct'] else 'wrong'}, P(+) = {m[k]['p_plus']:.3f})"
-                     for k in KINDS))
+def far_first_miss(answer: dict) -> int | None:
+    """The task's true answer, computed here and not by the page: the shortest lag at which the
+    shipped recency model no longer reads the event — wrong for the event's sign or for the
+    flipped one — when the answer's series has its event moved there (as the lag slider moves
+    it: ``farback_service.make_series``, a distractor on that step taken over), or None if it
+    reads it at every lag. The model is called directly, on each lag's series."""
+    from qkv.explore import farback_service
+
+    body = answer["request"]
+    config = farback.load_pretrained("recency").config
+    W = config.window
+    sign = answer["event"]["sign"]
+    miss = []
+    for L in range(1, W + 1):
+        dis = None if body.get("distractor_lags") is None else \
+            [d for d in body["distractor_lags"] if d != L]
+        right = []
+        for s in (sign, -sign):
+            types, sizes, signs, _ = farback_service.make_series(body["seed"], L, s, dis)
+            x = farback.features(types[None], sizes[None], signs[None], config.n_types)
+            right.append((farback.load_pretrained("recency").predict(x)[0] == 1) == (s > 0))
+        miss.append(not all(right))
+    return miss.index(True) + 1 if any(miss) else None
+
+
+def assert_far_task(page, answer: dict, body: dict | None = None) -> None:
+    """View 8's task, judged here by :func:`far_first_miss` (the model called directly at
+    every lag, both signs): done exactly when the event sits at the shortest lag where the
+    recency average no longer reads it, and the sentence names the answers shown."""
+    answer = {**answer, "request": body or far_state(page)}
+    target = far_first_miss(answer)
+    done = target is not None and answer["event"]["lag"] == target
+    shown_done, text = task_shown(page, "task-far")
+    assert shown_done == done, (target, answer["event"]["lag"], text)
+    opening = "✓ " if done else ("Not yet. " if target is not None else "At lag ")
+    assert text.startswith(opening), text
+    r = answer["models"]["recency"]
+    assert (f"At lag {answer['event']['lag']} the recency average answers "
+            f"{sign_of(r['prediction'])} (P(+) = {r['p_plus']:.3f}) for the event's sign "
+            f"{sign_of(answer['event']['sign'])}") in text, text
 
 
 def assert_skip_task(page, answer: dict) -> None:
@@ -155,6 +182,39 @@ def check_everywhere(page) -> None:
 
 
 # -- far back ------------------------------------------------------------------------------------
+def far_small_text(page) -> list[str]:
+    """Text in the open view rendered under 11 CSS px: an HTML element's computed font size,
+    an SVG text's font size times its SVG's scale on screen (getScreenCTM)."""
+    return page.evaluate("""() => {
+        const open = document.querySelector('section.view:not([hidden])');
+        const bad = [];
+        for (const e of open.querySelectorAll('*')) {
+            const own = Array.from(e.childNodes).some((n) =>
+                n.nodeType === 3 && n.textContent.trim());
+            if (!own || !e.getClientRects().length) continue;
+            let px = parseFloat(getComputedStyle(e).fontSize);
+            if (e instanceof SVGElement && e.getScreenCTM()) {
+                const m = e.getScreenCTM();
+                px *= Math.hypot(m.a, m.b);
+            }
+            if (px < 11 - 1e-6) {
+                bad.push(`${e.tagName} "${e.textContent.trim().slice(0, 30)}": ${px.toFixed(1)}`);
+            }
+        }
+        return bad.slice(0, 10);
+    }""")
+
+
+def far_verdicts_over_every_lag(page, answer: dict) -> list[bool]:
+    """The page's own verdict function (views/farback.js taskVerdict) applied to the answer
+    with the event at each lag 1 … window (for distractors as sampled the sweep does not depend
+    on the lag shown, so the answer's sweep is each lag's)."""
+    return page.evaluate("""async (d) => {
+        const m = await import('/static/views/farback.js');
+        return d.sweep.lags.map((lag) => m.taskVerdict({ ...d, event: { ...d.event, lag } }).done);
+    }""", answer)
+
+
 def test_far_back_view_shows_what_the_models_compute(desk):
     open_view(desk, "farback")
     desk.get_by_test_id("far-curves-table").wait_for()
@@ -172,19 +232,87 @@ def test_far_back_view_shows_what_the_models_compute(desk):
         for i, bucket in enumerate(stored["by_lag"]):
             assert shown(desk, f"far-acc-{kind}-{i}")[f"far-acc-{kind}-{i}"][0] == \
                 bucket["accuracy"]
+        assert shown(desk, f"far-acc-{kind}")[f"far-acc-{kind}"][0] == stored["accuracy"]
     w = farback.load_pretrained("attention").weights(s.x)[0]
     weights = shown(desk, "far-w-")
     W = config.window
     np.testing.assert_array_equal(
         np.array([weights[f"far-w-{W - i}"][0] for i in range(W)], np.float32), w)
-    words = desk.get_by_test_id("far-words").text_content()
-    assert f"at lag {int(s.lag[0])} " in words
-    assert_far_task(desk, api(desk, "/api/farback", far_state(desk)))
-    assert not task_shown(desk, "task-far")[0]  # the event is only 68 steps back
+    # the words about the curves are the stored numbers': where each falls to chance
+    words = desk.get_by_test_id("far-curves-words").text_content().lower()
+    for kind in KINDS:
+        chance = farback.load_pretrained(kind).metrics["chance_from"]
+        label = {"attention": "attention", "recency": "recency average", "gru": "gru"}[kind]
+        if chance is None:
+            assert f"{label} is never at chance" in words
+        else:
+            lags = f"{chance[0]}–{chance[1]}" if chance[1] > chance[0] else f"{chance[0]}"
+            assert f"{label} falls to chance from lag {lags} (" in words
+    tuned = farback.tuned_gru_run()["run"]
+    said = desk.get_by_test_id("far-tuned").text_content()
+    assert f"{tuned['parameters']:,} parameters, 600 steps, {tuned['train_seconds']:.1f} s" in said
+    answer = api(desk, "/api/farback", far_state(desk))
+    assert_far_shows(desk, answer)
+    assert f"At lag {int(s.lag[0])}" in desk.get_by_test_id("far-words").text_content()
+    assert_far_task(desk, answer)
     check_everywhere(desk)
     shot(desk, "farback.png")
 
+    # the task over its whole domain: the page's verdict at every lag against the oracle's
+    target = far_first_miss({**answer, "request": far_state(desk)})
+    verdicts = far_verdicts_over_every_lag(desk, answer)
+    assert verdicts == [lag == target for lag in range(1, W + 1)], target
+    # … and driven by the keyboard through the states that matter: lag 1, the answer, its
+    # neighbours (the slider moves one lag per arrow key)
+    slider = desk.get_by_test_id("far-lag")
+    slider.focus()
+    desk.keyboard.press("Home")
+    idle(desk)
+    assert far_state(desk)["event_lag"] == 1
+    assert_far_task(desk, api(desk, "/api/farback", far_state(desk)))
+    assert target is not None and target < 64  # the recency average fades within 64 steps
+    for lag in range(2, target + 2):
+        desk.keyboard.press("ArrowRight")
+        idle(desk)
+        assert far_state(desk)["event_lag"] == lag
+        if lag >= target - 1:
+            assert_far_task(desk, api(desk, "/api/farback", far_state(desk)))
+    assert not task_shown(desk, "task-far")[0]
+    desk.keyboard.press("ArrowLeft")
+    idle(desk)
+    assert task_shown(desk, "task-far")[0]  # back on the answer
+    check_everywhere(desk)
+
+    # degenerate inputs to the verdict: a recency model that reads the event at every lag (no
+    # answer), and one that misses it already at lag 1 (the answer is lag 1)
+    degenerate = desk.evaluate("""async (d) => {
+        const m = await import('/static/views/farback.js');
+        const at = (lag, reads) => ({ ...d, event: { ...d.event, lag },
+            sweep: { ...d.sweep, models: { ...d.sweep.models, recency: {
+                ...d.sweep.models.recency, reads } } } });
+        const all = d.sweep.lags.map(() => true);
+        const first = d.sweep.lags.map((lag) => lag !== 1);
+        return [d.sweep.lags.map((lag) => m.taskVerdict(at(lag, all)).done),
+                d.sweep.lags.map((lag) => m.taskVerdict(at(lag, first)).done)];
+    }""", answer)
+    assert not any(degenerate[0])
+    assert degenerate[1] == [lag == 1 for lag in range(1, W + 1)]
+
+    # lag 1, no distractors: all three right, and the page says so
+    desk.get_by_test_id("far-lag1").click()
+    idle(desk)
+    answer = api(desk, "/api/farback", far_state(desk))
+    assert far_state(desk)["event_lag"] == 1 and answer["distractor_lags"] == []
+    assert all(answer["models"][k]["correct"] for k in KINDS)
+    assert "At lag 1 all three models are right." in desk.get_by_test_id("far-words").text_content()
+    assert_far_shows(desk, answer)
+    assert_far_task(desk, answer)
+
     # distractors on every step after the event, then the event moved and flipped
+    desk.get_by_test_id("far-reset").click()
+    idle(desk)
+    desk.get_by_test_id("far-lag").fill("40")
+    idle(desk)
     desk.get_by_test_id("far-recent").click()
     idle(desk)
     answer = api(desk, "/api/farback", far_state(desk))
@@ -193,28 +321,57 @@ def test_far_back_view_shows_what_the_models_compute(desk):
     assert "8 block trades of other types are distractors, 8 of them more recent" in \
         desk.get_by_test_id("far-words").text_content()
     assert_far_shows(desk, answer)
-    desk.get_by_test_id("far-lag").fill("200")
-    idle(desk)
-    before = api(desk, "/api/farback", far_state(desk))
-    assert_far_task(desk, before)
+    assert_far_task(desk, answer)
     desk.get_by_test_id("far-sign").click()
     idle(desk)
     answer = api(desk, "/api/farback", far_state(desk))
-    assert answer["event"]["lag"] == 200 and far_state(desk)["event_sign"] == \
-        answer["event"]["sign"]
+    assert far_state(desk)["event_sign"] == answer["event"]["sign"]
     assert_far_shows(desk, answer)
     assert_far_task(desk, answer)
-    # seed 0, lag 200, sign −, distractors on lags 1–8: attention right, recency and GRU wrong
-    assert task_shown(desk, "task-far")[0]
     check_everywhere(desk)
 
-    # bad input: the server's 422 in the banner, the old result marked stale
-    desk.get_by_test_id("far-distractors").fill("0, 999")
-    desk.get_by_test_id("far-apply").click()
-    idle(desk)
-    assert "distractor_lags" in desk.get_by_test_id("error").text_content()
-    assert desk.get_by_test_id("view-farback").get_attribute("data-stale") == "1"
-    check_everywhere(desk)
+    # bad input, in the learner's words: the control's label, no field path, no HTTP code
+    for typed, says in (("abc", 'Distractor lags: "abc" is not a lag.'),
+                        ("0, 999", 'Distractor lags: "0" is not a lag.'),
+                        ("40", "Distractor lags: 40 is the event's lag"),
+                        ("3, 3", "Distractor lags: each lag may be typed once.")):
+        desk.get_by_test_id("far-distractors").fill(typed)
+        desk.get_by_test_id("far-apply").click()
+        idle(desk)
+        banner = desk.get_by_test_id("error").text_content()
+        assert says in banner and "distractor_lags" not in banner and "HTTP" not in banner, banner
+        assert desk.get_by_test_id("view-farback").get_attribute("data-stale") == "1"
+        check_everywhere(desk)
+    desk.get_by_test_id("far-seed").fill("-3")
+    desk.get_by_test_id("far-seed").dispatch_event("change")
+    banner = desk.get_by_test_id("error").text_content()
+    assert banner.startswith("Series seed: type a whole number") and "HTTP" not in banner
+
+
+def test_far_back_view_on_a_phone(phone):
+    open_view(phone, "farback")
+    phone.get_by_test_id("far-curves-table").wait_for()
+    idle(phone)
+    # nothing opens scrolled sideways, nothing is wider than the phone, no text under 11 px
+    assert phone.evaluate("window.scrollX") == 0
+    scrolled = phone.evaluate("""() => Array.from(document.querySelectorAll(
+        '#view-farback *')).filter((e) => e.scrollLeft > 0).map((e) => e.className)""")
+    assert scrolled == []
+    assert_fits(phone)
+    assert far_small_text(phone) == []
+    # every text of the charts lies inside its chart (no stray clipped words)
+    outside = phone.evaluate("""() => Array.from(document.querySelectorAll(
+        '#view-farback svg text')).filter((t) => {
+            const r = t.getBoundingClientRect(), s = t.ownerSVGElement.getBoundingClientRect();
+            return r.width > 0 && (r.left < s.left - 1 || r.right > s.right + 1);
+        }).map((t) => t.textContent)""")
+    assert outside == []
+    check_everywhere(phone)
+    shot(phone, "farback-phone.png")
+    phone.get_by_test_id("far-lag1").click()
+    idle(phone)
+    assert far_small_text(phone) == [] and phone.evaluate("window.scrollX") == 0
+    assert_fits(phone)
 
 
 # -- cost: time against n ------------------------------------------------------------------------
@@ -330,7 +487,6 @@ def assert_s2s_task(page, answer: dict) -> None:
 
 
 @pytest.mark.parametrize("view, ready, name", [
-    ("farback", "far-curves-table", "phone-farback.png"),
     ("cost", "growth-slopes", "phone-cost-growth.png"),
     ("seq2seq", "seq2seq-curve-table", "phone-seq2seq-curves.png"),
 ])

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from qkv.explore import create_app, farback_service, seq2seq_service
+from qkv.explore import create_app, seq2seq_service
 from qkv.tasks import checkpoint as ckpt
 from qkv.tasks import farback, scaling, seq2seq
 
@@ -34,13 +34,14 @@ def test_shipped_farback_models_load_with_their_held_out_scores():
     for kind in farback.KINDS:
         model = farback.load_pretrained(kind)
         assert model.kind == kind and model.config == farback.FarbackConfig()
-        assert set(model.metrics["by_lag"][0]) == {"lags", "cases", "accuracy"}
+        assert set(model.metrics["by_lag"][0]) == {"lags", "cases", "correct", "accuracy",
+                                                   "interval"}
     with pytest.raises(ValueError, match="kind must be one of"):
         farback.load_pretrained("lstm")
 
 
 def test_farback_checkpoint_round_trip_and_refusals(tmp_path):
-    model = farback.FarbackModel(farback.FarbackConfig(window=32, min_lag=8, d_model=8), "gru")
+    model = farback.FarbackModel(farback.FarbackConfig(window=32, d_model=8), "gru")
     back = farback.FarbackModel.load(model.save(tmp_path / "m.safetensors", {"a": 1}))
     assert back.metrics == {"a": 1} and back.config == model.config
     for name, p in model.params.items():
@@ -96,10 +97,10 @@ def test_farback_edits_keep_the_task_rule_and_are_read_by_the_models(client):
     ({"seed": -1}, "seed"),
     ({"seed": 1.5}, "seed"),
     ({"event_lag": 0}, "event_lag"),
-    ({"event_lag": 257}, "event_lag: lags run from 1"),
+    ({"event_lag": 257}, "Event lag: lags run from 1"),
     ({"event_sign": 0}, "event_sign"),
     ({"event_lag": 20, "distractor_lags": [20]}, "is the event's"),
-    ({"distractor_lags": [4, 4]}, "each lag may be given once"),
+    ({"distractor_lags": [4, 4]}, "each lag may be typed once"),
     ({"distractor_lags": list(range(1, 70))}, "distractor_lags"),
     ({"lag": 3}, "lag"),
 ])
@@ -110,20 +111,56 @@ def test_farback_refuses_bad_input_with_a_422(client, body, says):
 
 
 # -- curves --------------------------------------------------------------------------------------
-def test_farback_curves_are_the_held_out_scores_of_the_shipped_models(client):
+def test_farback_curves_are_the_shipped_runs_scores(client):
     body = client.post("/api/farback/curves", json={}).json()
-    assert body["held_out"] == 2000
-    for kind in farback.KINDS:  # the scores stored at training, by farback.evaluate, same set
-        stored = farback.load_pretrained(kind).metrics
-        assert body["models"][kind] == {"accuracy": stored["accuracy"],
-                                        "by_lag": stored["by_lag"]}
-    small = farback_service.curves(150)
-    s = farback.held_out(farback.load_pretrained("attention").config, 150)
-    for kind in farback.KINDS:
-        want = farback.evaluate(farback.load_pretrained(kind), s)
-        assert small["models"][kind]["by_lag"] == want["by_lag"]
-        if kind == "attention":
-            assert small["top_weight_on_event"] == want["top_weight_on_event"]
+    config = farback.load_pretrained("attention").config
+    buckets = farback.lag_buckets(config)
+    assert body["per_bucket"] == 500 and body["held_out"] == 500 * len(buckets)
+    assert body["command"] == farback.SHIPPED_COMMAND and body["window"] == config.window
+    for kind in farback.KINDS:  # the scores stored at training (tests/test_farback_shipped.py
+        stored = farback.load_pretrained(kind).metrics  # re-measures them from the checkpoints)
+        got = body["models"][kind]
+        assert got["by_lag"] == stored["by_lag"] and got["accuracy"] == stored["accuracy"]
+        assert got["chance_from"] == stored["chance_from"]
+        assert got["chance_from"] == farback.chance_lag(stored["by_lag"])
+        assert got["parameters"] == farback.FarbackModel(config, kind).num_params
+        assert got["steps"] == config.steps
+        assert got["progress"]["steps"][-1] == config.steps
+    tuned = farback.tuned_gru_run()
+    assert body["gru_tuned"]["gate_bias"] == tuned["config"]["gru_gate_bias"] == 3.0
+    assert body["gru_tuned"]["by_lag"] == tuned["run"]["by_lag"]
+    assert body["gru_tuned"]["command"] == farback.TUNED_COMMAND
+    assert body["top_weight_on_event"] == \
+        farback.load_pretrained("attention").metrics["top_weight_on_event"]
+
+
+def test_farback_sweep_is_each_lag_read_on_its_own(client):
+    """The sweep's answer at each lag is the answer of the series with the event moved there:
+    checked against /api/farback at a spread of lags, and at the lag shown."""
+    edit = {"seed": 3, "event_lag": 40, "distractor_lags": [2, 5, 60]}
+    body = client.post("/api/farback", json=edit).json()
+    sweep = body["sweep"]
+    assert sweep["lags"] == list(range(1, body["window"] + 1))
+    for kind in farback.KINDS:  # the lag shown: the same series, the same answer
+        assert sweep["models"][kind]["p_plus"][39] == body["models"][kind]["p_plus"]
+    for lag in (1, 2, 3, 5, 17, 60, 128, 256):
+        one = client.post("/api/farback", json={
+            **edit, "event_lag": lag,
+            "distractor_lags": [d for d in edit["distractor_lags"] if d != lag]}).json()
+        x = features_of(one)
+        for kind in farback.KINDS:
+            p = float(farback.p_plus(farback.load_pretrained(kind), x)[0])
+            assert sweep["models"][kind]["p_plus"][lag - 1] == pytest.approx(p, rel=1e-6)
+            assert sweep["models"][kind]["correct"][lag - 1] == \
+                ((p > 0.5) == (one["event"]["sign"] > 0))
+        assert sweep["truth"][lag - 1] == one["event"]["sign"]
+
+
+def test_farback_at_lag_1_with_no_distractors_all_three_are_right(client):
+    for seed in range(12):
+        body = client.post("/api/farback", json={"seed": seed, "event_lag": 1,
+                                                 "distractor_lags": []}).json()
+        assert all(body["models"][k]["correct"] for k in farback.KINDS), (seed, body["models"])
 
 
 def test_curves_take_an_empty_body(client):

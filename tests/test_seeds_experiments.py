@@ -120,33 +120,86 @@ def test_shipped_checkpoint_scores_what_it_and_the_docs_say(kind):
 # -- far back -------------------------------------------------------------------------------
 def test_farback_series_are_built_as_documented():
     c = fb.FarbackConfig()
-    s = fb.sample(c, np.random.default_rng(0), 300)
-    rows = np.arange(300)
+    n = 600
+    s = fb.sample(c, np.random.default_rng(0), n)
+    rows = np.arange(n)
     pos = s.position
     assert (s.types[rows, pos] == 0).all() and (s.sizes[rows, pos] >= 3).all()
     big0 = (s.types == 0) & (s.sizes >= 3)
     assert (big0.sum(axis=1) == 1).all()  # exactly one type-0 block: the event
-    for b in range(300):
+    for b in range(n):
         after = slice(pos[b] + 1, None)
-        assert ((s.sizes[b, after] >= 3) & (s.types[b, after] != 0)).sum() >= c.n_recent
-        assert ((s.types[b, after] == 0) & (s.sizes[b, after] < 1)).any()
-    assert s.lag.min() >= c.min_lag and s.lag.max() <= c.window
+        room = int(s.lag[b]) - 1  # steps after the event
+        # as many recent distractors as there is room for, up to n_recent ...
+        assert (((s.sizes[b, after] >= 3) & (s.types[b, after] != 0)).sum()
+                >= min(c.n_recent, room))
+        if room > c.n_recent:  # ... then a small type-0 trade, if there is room left
+            assert ((s.types[b, after] == 0) & (s.sizes[b, after] < 1)).any()
+    assert s.lag.min() >= c.min_lag == 1 and s.lag.max() <= c.window
+    assert (s.lag == 1).any()  # an event on the last step, with nothing after it
     np.testing.assert_array_equal(s.target, s.signs[rows, pos] > 0)
 
 
-def test_farback_no_recency_rule_solves_it():
+def test_farback_lags_are_log_uniform_from_1_to_the_window():
     c = fb.FarbackConfig()
-    s = fb.held_out(c, 4000)
+    lags = fb.draw_lags(c, np.random.default_rng(0), 80_000)
+    assert lags.min() == 1 and lags.max() == c.window
+    # each doubling of the lag [2^k, 2^(k+1) − 1] holds log(2)/log(257) of the draws
+    expect = len(lags) * np.log(2) / np.log(c.window + 1)
+    counts = np.bincount(np.floor(np.log2(lags)).astype(int))[:8]
+    assert np.all(np.abs(counts - expect) < 5 * np.sqrt(expect)), counts  # 5 σ (binomial)
+
+
+def test_farback_lag_buckets_double_and_cover_the_window():
+    assert fb.lag_buckets(fb.FarbackConfig()) == [(1, 1), (2, 3), (4, 7), (8, 15), (16, 31),
+                                                  (32, 63), (64, 127), (128, 256)]
+    for window in (1, 2, 3, 5, 64, 100, 255, 257):
+        b = fb.lag_buckets(fb.FarbackConfig(window=window))
+        assert b[0][0] == 1 and b[-1][1] == window
+        assert all(hi >= lo for lo, hi in b) and all(b[i][1] + 1 == b[i + 1][0]
+                                                     for i in range(len(b) - 1))
+
+
+def test_farback_held_out_fills_every_bucket():
+    c = fb.FarbackConfig()
+    s = fb.held_out(c, 30)
+    for lo, hi in fb.lag_buckets(c):
+        assert ((s.lag >= lo) & (s.lag <= hi)).sum() == 30
+    with pytest.raises(ValueError, match="per_bucket must be a positive int"):
+        fb.held_out(c, 0)
+
+
+def test_wilson_interval_and_chance_lag():
+    # the Wilson interval, checked against its closed form at a few points
+    for right, n in ((0, 10), (5, 10), (10, 10), (250, 500), (490, 500)):
+        lo, hi = fb.wilson(right, n)
+        p, z = right / n, 1.96
+        for bound in (lo, hi):  # both solve (p − b)² = z² b (1 − b) / n
+            assert abs((p - bound) ** 2 - z * z * bound * (1 - bound) / n) < 1e-12
+        assert 0 <= lo <= p <= hi <= 1
+    rows = [{"lags": [1, 1], "interval": [0.9, 0.99]}, {"lags": [2, 3], "interval": [0.51, 0.6]},
+            {"lags": [4, 7], "interval": [0.45, 0.55]}, {"lags": [8, 15], "interval": [0.6, 0.7]}]
+    assert fb.chance_lag(rows) == [4, 7]  # the first bucket whose interval holds 0.5
+    assert fb.chance_lag(rows[:2]) is None
+
+
+def test_farback_recency_rules_are_right_only_where_the_event_is_latest():
+    c = fb.FarbackConfig()
+    s = fb.held_out(c, 400)
     for name, pred in fb.recency_rules(s).items():
-        acc = float((pred == s.target).mean())
-        assert acc < 0.62, (name, acc)
-        if name.startswith("latest"):  # the most recent candidate is never the event
-            assert abs(acc - 0.5) < 0.04, (name, acc)
+        by = fb.accuracy_by_lag(c, s, pred)
+        if name.startswith("latest"):
+            # at lag 1 the event is the latest trade of every kind: the rule is right
+            assert by[0]["accuracy"] == 1.0, name
+            # from lag 8 on, the latest block and the latest type-0 trade are distractors of
+            # random sign: a coin flip, within 4 binomial standard deviations
+            for row in by[3:]:
+                assert abs(row["accuracy"] - 0.5) < 4 * np.sqrt(0.25 / row["cases"]), (name, row)
 
 
 @pytest.mark.parametrize("kind", fb.KINDS)
 def test_farback_model_backward_matches_finite_differences(kind):
-    c = fb.FarbackConfig(window=12, n_types=3, n_recent=2, n_anywhere=1, min_lag=4, d_model=4)
+    c = fb.FarbackConfig(window=12, n_types=3, n_recent=2, n_anywhere=1, d_model=4)
     model = fb.FarbackModel(c, kind, dtype=np.float64)
     s = fb.sample(c, np.random.default_rng(2), 5)
     x = s.x.astype(np.float64)
@@ -186,7 +239,11 @@ def test_farback_quick_cli(tmp_path, capsys):
     att = result["models"]["attention"]
     assert att["accuracy"] >= 0.95 and att["top_weight_on_event"] >= 0.9, att
     assert all(r["accuracy"] >= 0.9 for r in att["by_lag"])
-    assert result["models"]["recency"]["accuracy"] < 0.65
+    recency = result["models"]["recency"]
+    assert recency["chance_from"] is not None and recency["by_lag"][-1]["accuracy"] < 0.65
+    for run in result["models"].values():  # the reach during training, every 200 // 12 steps
+        assert run["progress"]["steps"][-1] == result["config"]["steps"]
+        assert len(run["progress"]["accuracy"]) == len(run["progress"]["steps"])
     assert (tmp_path / "w.svg").read_text().startswith("<svg")
     assert "largest weight falls on the event" in capsys.readouterr().out
 
@@ -254,7 +311,7 @@ def test_scaling_quick(tmp_path, capsys):
     (["train", "seq2seq", "--heatmap", "x.png"], "--heatmap must end in .svg or .html"),
     (["train", "farback", "--window", "-1"], "window must be a positive int, got -1"),
     (["train", "farback", "--steps", "0"], "steps must be a positive int, got 0"),
-    (["train", "farback", "--window", "4"], "min_lag must exceed"),
+    (["train", "farback", "--per-bucket", "0"], "--per-bucket must be ≥ 1"),
 ])
 def test_bad_arguments_are_one_clear_line(argv, message):
     with pytest.raises(SystemExit, match=re.escape(message)):

@@ -9,8 +9,8 @@
   qkv train seq2seq   the seed's bottleneck: a GRU encoder–decoder with one fixed context
                       vector vs the same model with attention, reversing random symbols;
                       accuracy per input length (docs/seeds.md).
-  qkv train farback   one event far back in a 256-step window among recent distractors:
-                      attention vs a learned exponential decay vs a GRU, accuracy per lag.
+  qkv train farback   one event 1 to 256 steps back in a window, among distractors: attention
+                      vs a learned exponential decay vs a GRU, accuracy per lag.
   qkv train gpt       a character-level GPT on Shakespeare, nanoGPT's CPU run (docs/gpt.md).
 
 Examples:
@@ -146,8 +146,11 @@ def _add_farback(sub) -> None:
                        **_task_help("farback"))
     _add_outputs(p, "accuracy vs lag")
     p.add_argument("--window", type=int, default=None, help="window length (default 256)")
-    p.add_argument("--held-out", type=int, default=None,
-                   help="held-out series (default 2000)")
+    p.add_argument("--per-bucket", type=int, default=None,
+                   help="held-out series per lag bucket (1, 2–3, 4–7, …; default 500)")
+    p.add_argument("--min-lag", type=int, default=None,
+                   help="the event's shortest lag in training (default 1; the held-out "
+                        "buckets still start at lag 1)")
     p.add_argument("--gru-gate-bias", type=float, default=None,
                    help="add this to the GRU's update-gate bias at initialisation (default 0; "
                         "3 makes it keep its state by default)")
@@ -573,30 +576,41 @@ def run_farback(args: argparse.Namespace) -> int:
     from qkv.tasks import plots
 
     config = _experiment_config(args, "farback", fb.FarbackConfig, QUICK_FARBACK, {
-        "window": args.window, "gru_gate_bias": args.gru_gate_bias})
-    n_held = _count(args, "held_out", "farback", quick=800, full=2000)
+        "window": args.window, "gru_gate_bias": args.gru_gate_bias, "min_lag": args.min_lag})
+    per_bucket = _count(args, "per_bucket", "farback", quick=100, full=500)
     console = Console()
-    console.print(f"a type-0 block trade at lag {config.min_lag}–{config.window} in a "
-                  f"{config.window}-step window; {config.n_recent} larger blocks of other types "
-                  f"after it and {config.n_anywhere} anywhere; {config.steps} Adam steps of "
-                  f"{config.batch} per model, seed {config.seed}"
+    console.print(f"a type-0 block trade at lag {config.min_lag}–{config.window} (log-uniform) "
+                  f"in a {config.window}-step window; up to {config.n_recent} larger blocks of "
+                  f"other types after it and {config.n_anywhere} anywhere; {config.steps} Adam "
+                  f"steps of {config.batch} per model, seed {config.seed}"
                   + (f"; GRU update-gate bias +{config.gru_gate_bias}"
                      if config.gru_gate_bias else ""))
-    result, models = _train_with_progress(console, args, fb, config, n_held)
-    table = Table(title=f"held-out accuracy by lag ({n_held} series)")
+    result, models = _train_with_progress(console, args, fb, config, per_bucket)
+    table = Table(title=f"held-out accuracy by lag ({per_bucket} series per lag bucket)")
     table.add_column("model / rule", no_wrap=True)
     table.add_column("params", justify="right")
     for lo, hi in fb.lag_buckets(config):
-        table.add_column(f"lag\n{lo}–{hi}", justify="right")
+        table.add_column(f"lag\n{lo}–{hi}" if hi > lo else f"lag\n{lo}", justify="right")
     table.add_column("all", justify="right")
+    table.add_column("chance\nfrom", justify="right")
+
+    def chance(r):
+        return "—" if r["chance_from"] is None else "–".join(map(str, sorted(set(
+            r["chance_from"]))))
+
     for kind, run in result["models"].items():
         table.add_row(kind, f"{run['parameters']:,}",
-                      *(f"{r['accuracy']:.3f}" for r in run["by_lag"]), f"{run['accuracy']:.3f}")
+                      *(f"{r['accuracy']:.3f}" for r in run["by_lag"]), f"{run['accuracy']:.3f}",
+                      chance(run))
     for name, rule in result["recency_rules"].items():
         table.add_row(f"[dim]rule: {name}[/dim]", "—",
                       *(f"{r['accuracy']:.3f}" for r in rule["by_lag"]),
-                      f"{rule['accuracy']:.3f}")
+                      f"{rule['accuracy']:.3f}", chance(rule))
     console.print(table)
+    console.print("chance from: the shortest lag bucket whose accuracy's 95% (Wilson) interval "
+                  "contains 0.5")
+    console.print("train seconds: " + ", ".join(
+        f"{k} {r['train_seconds']} s" for k, r in result["models"].items()))
     att = result["models"]["attention"]
     console.print(f"attention: the largest weight falls on the event in "
                   f"{att['top_weight_on_event']:.3f} of held-out series (mean weight there "

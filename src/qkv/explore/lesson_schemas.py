@@ -63,6 +63,25 @@ class FarbackAttention(BaseModel):
     max_distractor_weight: float
 
 
+class FarbackSweepModel(BaseModel):
+    p_plus: list[float] = Field(description="P(+) with the event moved to lag i + 1")
+    correct: list[bool]
+    p_plus_flipped: list[float] = Field(description="P(+) there with the event's sign flipped")
+    reads: list[bool] = Field(description="right for both signs of the event at lag i + 1")
+
+
+class FarbackSweepModels(BaseModel):
+    attention: FarbackSweepModel
+    recency: FarbackSweepModel
+    gru: FarbackSweepModel
+
+
+class FarbackSweep(BaseModel):
+    lags: list[int] = Field(description="1 … window")
+    truth: list[int] = Field(description="the event's sign (the answer) at each lag")
+    models: FarbackSweepModels
+
+
 class FarbackResponse(BaseModel):
     seed: int
     window: int
@@ -77,17 +96,39 @@ class FarbackResponse(BaseModel):
     weights: list[float] = Field(description="the attention model's query over the steps "
                                  "(window,), oldest first; sums to 1")
     attention: FarbackAttention
+    sweep: FarbackSweep = Field(description="the same series with the event moved to every "
+                                "lag: each model's answer there")
 
 
 class LagBucket(BaseModel):
     lags: list[int]
     cases: int
+    correct: int
     accuracy: float
+    interval: list[float] = Field(description="95% Wilson interval of the accuracy")
+
+
+class FarbackProgress(BaseModel):
+    per_bucket: int = Field(description="held-out series per lag bucket during training")
+    steps: list[int]
+    accuracy: list[list[float]] = Field(description="per step listed, accuracy per lag bucket")
+    chance_from: list[list[int] | None]
 
 
 class FarbackCurve(BaseModel):
+    parameters: int
+    steps: int
+    train_seconds: float = Field(description="measured on a busy 2-core machine")
     accuracy: float
     by_lag: list[LagBucket]
+    chance_from: list[int] | None = Field(description="the first lag bucket whose 95% interval "
+                                          "contains 0.5; None if none does")
+    progress: FarbackProgress
+
+
+class FarbackTuned(FarbackCurve):
+    gate_bias: float = Field(description="added to the GRU's update-gate bias at init")
+    command: str
 
 
 class FarbackCurves(BaseModel):
@@ -98,7 +139,11 @@ class FarbackCurves(BaseModel):
 
 class FarbackCurvesResponse(BaseModel):
     held_out: int = Field(description="held-out series scored")
+    per_bucket: int = Field(description="held-out series per lag bucket")
+    window: int
+    command: str = Field(description="the command that trained the shipped models")
     models: FarbackCurves
+    gru_tuned: FarbackTuned
     top_weight_on_event: float = Field(description="share of held-out series whose largest "
                                        "attention weight is on the event")
     mean_weight_on_event: float

@@ -10,15 +10,21 @@ The series (``window`` steps, a trade per step; features per step, ``d_in = n_ty
     x_t = [onehot(type_t) (n_types) , size_t , sign_t , sign_t · size_t]
 
 Most trades are small (size in [0.1, 1)), of a random type and sign. Exactly one is a *block
-trade of type 0* (size in [3, 5)) at lag L (L = 1 is the last step), L uniform in
-[min_lag, window]. The target is its sign. Between it and the end of the window sit
-``n_recent`` block trades of other types (sizes in [3, 8): as large or larger, random signs)
-and at least one small trade of type 0; ``n_anywhere`` more blocks of other types lie
-anywhere. So:
+trade of type 0* (size in [3, 5)) at lag L (L = 1 is the last step), L log-uniform in
+[min_lag, window] (min_lag 1 by default: each doubling of the lag about equally likely, so
+near events are trained on as much as far ones). The target is its sign. Between it and the
+end of the window sit up to ``n_recent`` block trades of other types (sizes in [3, 8): as
+large or larger, random signs) and then a small trade of type 0 — as many as there is room
+for in the L − 1 later steps; ``n_anywhere`` more blocks of other types lie anywhere. So once
+the event is more than ``n_recent + 1`` steps back:
 
-- the most recent block trade is never the answer (it is a distractor, of another type);
-- the most recent type-0 trade is never the answer (it is a small one, of random sign);
+- the most recent block trade is not the answer (it is a distractor, of another type);
+- the most recent type-0 trade is not the answer (it is a small one, of random sign);
 - the event is singled out only by the *conjunction* "type 0 and large" — its merits.
+
+At lag 1 the event is the latest trade of every kind: every model, and every recency rule,
+can be right there. Held-out scores are by lag bucket (1, 2–3, 4–7, …), with 95% Wilson
+intervals and the bucket where a model falls to chance (:func:`chance_lag`).
 
 Three models, trained the same way (same batches, Adam, steps):
 
@@ -33,7 +39,7 @@ Three models, trained the same way (same batches, Adam, steps):
 
 from __future__ import annotations
 
-import itertools
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -47,6 +53,7 @@ from .training import cosine_lr, train_each, train_steps
 KINDS = ("attention", "recency", "gru")
 TASK = "farback"
 DATA = Path(__file__).parent / "data"
+PROGRESS_PER_BUCKET = 100  # held-out series per lag bucket for the accuracy during training
 
 
 @dataclass(frozen=True)
@@ -55,7 +62,7 @@ class FarbackConfig:
     n_types: int = 8
     n_recent: int = 4  # block trades of other types, more recent than the event
     n_anywhere: int = 8  # block trades of other types anywhere in the window
-    min_lag: int = 16
+    min_lag: int = 1  # the event's shortest lag: 1 = the last step
     d_model: int = 32
     batch: int = 64
     steps: int = 600
@@ -79,10 +86,9 @@ class FarbackConfig:
         if self.n_types < 2:
             raise ValueError(f"FarbackConfig: n_types must be ≥ 2 (type 0 and a distractor "
                              f"type), got {self.n_types}")
-        if not self.n_recent + 1 < self.min_lag <= self.window:
-            raise ValueError(f"FarbackConfig: min_lag must exceed n_recent + 1 = "
-                             f"{self.n_recent + 1} (room for the recent distractors) and be ≤ "
-                             f"window={self.window}, got {self.min_lag}")
+        if not self.min_lag <= self.window:
+            raise ValueError(f"FarbackConfig: min_lag must be ≤ window={self.window}, got "
+                             f"{self.min_lag}")
         if not self.lr > 0:
             raise ValueError(f"FarbackConfig: lr must be > 0, got {self.lr!r}")
 
@@ -115,7 +121,10 @@ class Series:
         return self.types.shape[1] - self.lag  # (B,) index of the event in the window
 
 
-def sample(config: FarbackConfig, rng: np.random.Generator, n: int) -> Series:
+def sample(config: FarbackConfig, rng: np.random.Generator, n: int,
+           lag: np.ndarray | None = None) -> Series:
+    """``n`` series of the task; the event's lag is drawn from the config's lag distribution
+    (:func:`draw_lags`) unless ``lag`` ``(n,)`` fixes it (the held-out set's buckets)."""
     c, W = config, config.window
     rows = np.arange(n)
     types = rng.integers(1, c.n_types, (n, W))  # small trades: any type but 0 for now ...
@@ -123,35 +132,48 @@ def sample(config: FarbackConfig, rng: np.random.Generator, n: int) -> Series:
     types[small0] = 0
     sizes = rng.uniform(0.1, 1.0, (n, W))
     signs = rng.choice(np.array([-1.0, 1.0]), (n, W))
-    lag = rng.integers(c.min_lag, W + 1, n)
+    lag = draw_lags(c, rng, n) if lag is None else np.asarray(lag, dtype=np.int64)
+    if lag.shape != (n,) or lag.min(initial=1) < 1 or lag.max(initial=1) > W:
+        raise ValueError(f"sample: lag must be ({n},) ints in [1, {W}], got shape {lag.shape}")
     pos = W - lag  # (n,)
 
-    def block(cols, kinds):  # distractors: as large as the event or larger
-        types[rows, cols] = kinds
-        sizes[rows, cols] = rng.uniform(3.0, 8.0, n)
+    def block(cols, kinds, where):  # distractors: as large as the event or larger
+        r, cols, kinds = rows[where], cols[where], kinds[where]
+        types[r, cols] = kinds
+        sizes[r, cols] = rng.uniform(3.0, 8.0, len(r))
 
-    # the n_recent + 1 slots after the event: distinct positions in (pos, W)
+    # up to n_recent + 1 distinct random steps after the event: as many as there is room for
+    # (lag − 1 steps), so an event at lag 1 has nothing after it
     after = pos[:, None] + 1 + np.argsort(rng.random((n, W)), axis=1)  # (n, W) candidates
-    after = np.where(after < W, after, -1)
     slots = np.full((n, c.n_recent + 1), -1)
-    for b in range(n):  # distinct random positions after the event (lag ≥ min_lag > n_recent+1)
-        ok = after[b][after[b] >= 0]
-        slots[b] = ok[: c.n_recent + 1]
+    for b in range(n):
+        ok = after[b][after[b] < W][: c.n_recent + 1]
+        slots[b, : len(ok)] = ok
     for _ in range(c.n_anywhere):  # blocks of other types anywhere (but not on the event)
         cols = rng.integers(0, W, n)
         cols = np.where(cols == pos, (cols + 1) % W, cols)
-        block(cols, rng.integers(1, c.n_types, n))
-    for j in range(c.n_recent):
-        block(slots[:, j], rng.integers(1, c.n_types, n))
-    last = slots[:, c.n_recent]  # a small type-0 trade, more recent than the event
-    types[rows, last] = 0
-    sizes[rows, last] = rng.uniform(0.1, 1.0, n)
+        block(cols, rng.integers(1, c.n_types, n), rows >= 0)
+    for j in range(c.n_recent):  # the recent distractors, where there is room
+        block(slots[:, j], rng.integers(1, c.n_types, n), slots[:, j] >= 0)
+    last = slots[:, c.n_recent]  # a small type-0 trade more recent than the event, if room
+    has = last >= 0
+    types[rows[has], last[has]] = 0
+    sizes[rows[has], last[has]] = rng.uniform(0.1, 1.0, int(has.sum()))
     # no other type-0 block anywhere: small type-0 trades only
     sizes = np.where((types == 0) & (sizes >= 1.0), rng.uniform(0.1, 1.0, (n, W)), sizes)
     types[rows, pos] = 0
     sizes[rows, pos] = rng.uniform(3.0, 5.0, n)
     target = (signs[rows, pos] > 0).astype(np.int64)
     return Series(features(types, sizes, signs, c.n_types), types, sizes, signs, lag, target)
+
+
+def draw_lags(config: FarbackConfig, rng: np.random.Generator, n: int) -> np.ndarray:
+    """``n`` event lags in [min_lag, window], log-uniform: each doubling of the lag (1, 2–3,
+    4–7, …) is about equally likely, so short lags are as well represented in training as
+    long ones."""
+    lo, hi = np.log(config.min_lag), np.log(config.window + 1)
+    return np.clip(np.floor(np.exp(rng.uniform(lo, hi, n))), config.min_lag,
+                   config.window).astype(np.int64)
 
 
 def features(types, sizes, signs, n_types: int) -> np.ndarray:
@@ -161,19 +183,54 @@ def features(types, sizes, signs, n_types: int) -> np.ndarray:
                            (signs * sizes)[..., None]], axis=-1).astype(np.float32)
 
 
-def lag_buckets(config: FarbackConfig, n: int = 4) -> list[tuple[int, int]]:
-    """``n`` equal buckets of lag from min_lag to the window length."""
-    edges = np.linspace(config.min_lag - 1, config.window, n + 1).round().astype(int)
-    return [(int(a) + 1, int(b)) for a, b in itertools.pairwise(edges) if b > a]
+def lag_buckets(config: FarbackConfig) -> list[tuple[int, int]]:
+    """Lag buckets that double: [1, 1], [2, 3], [4, 7], … up to the window (the last bucket
+    ends at the window) — the scale on which a memory fades. They start at 1 whatever the
+    training's min_lag, so a model trained on far events only is still scored near the end."""
+    lo, out = 1, []
+    while lo <= config.window:
+        hi = 2 * lo - 1  # lo is a power of two: the end of its doubling
+        hi = config.window if 2 * hi + 1 > config.window else hi
+        out.append((lo, hi))
+        lo = hi + 1
+    return out
 
 
-def held_out(config: FarbackConfig, n: int = 2000) -> Series:
-    return sample(config, np.random.default_rng([config.seed, 0xE7A1]), n)
+def held_out(config: FarbackConfig, per_bucket: int = 500) -> Series:
+    """The held-out set: ``per_bucket`` series in each lag bucket (lags uniform within it),
+    from the generator ``[seed, 0xE7A1]`` — never a training batch (those come from
+    ``[seed, 1]``)."""
+    if isinstance(per_bucket, bool) or not isinstance(per_bucket, int) or per_bucket < 1:
+        raise ValueError(f"held_out: per_bucket must be a positive int, got {per_bucket!r}")
+    rng = np.random.default_rng([config.seed, 0xE7A1])
+    lags = np.concatenate([rng.integers(lo, hi + 1, per_bucket)
+                           for lo, hi in lag_buckets(config)])
+    return sample(config, rng, len(lags), lag=lags)
+
+
+def wilson(correct: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """The Wilson score interval (95% for z = 1.96) of a proportion ``correct / n``, clipped
+    to [0, 1] (at 0 or n correct one end is 0 or 1 up to rounding)."""
+    p = correct / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return float(max(centre - half, 0.0)), float(min(centre + half, 1.0))
+
+
+def chance_lag(by_lag: list[dict]) -> list[int] | None:
+    """The lag bucket where a model falls to chance: the first (shortest-lag) bucket whose
+    accuracy's 95% interval contains 0.5; None if no bucket's does."""
+    for row in by_lag:
+        lo, hi = row["interval"]
+        if lo <= 0.5 <= hi:
+            return row["lags"]
+    return None
 
 
 # -- recency rules: what "most recent wins" would answer -------------------------------------
 def recency_rules(s: Series) -> dict[str, np.ndarray]:
-    """Predictions (B,) of hand-written recency rules; the task is built so each is at chance."""
+    """Predictions (B,) of hand-written recency rules: right where the event is the latest
+    trade of their kind (lag 1), at chance once distractors come after it."""
     W = s.types.shape[1]
     big = s.sizes >= 3.0
     idx = np.arange(W)
@@ -369,13 +426,29 @@ def train(model: FarbackModel, on_step=None) -> list[float]:
 
 
 def accuracy_by_lag(config: FarbackConfig, s: Series, pred: np.ndarray) -> list[dict]:
+    """Per lag bucket: the lags, the number of series, the accuracy and its 95% Wilson
+    interval."""
     rows = []
     for lo, hi in lag_buckets(config):
         sel = (s.lag >= lo) & (s.lag <= hi)
-        rows.append({"lags": [lo, hi], "cases": int(sel.sum()),
-                     "accuracy": float((pred[sel] == s.target[sel]).mean()) if sel.any()
-                     else None})
+        n, right = int(sel.sum()), int((pred[sel] == s.target[sel]).sum())
+        rows.append({"lags": [lo, hi], "cases": n, "correct": right,
+                     "accuracy": right / n if n else None,
+                     "interval": list(wilson(right, n)) if n else None})
     return rows
+
+
+def scores(config: FarbackConfig, s: Series, pred: np.ndarray) -> dict:
+    """Accuracy over all of ``s``, by lag bucket, and the bucket where it falls to chance."""
+    by_lag = accuracy_by_lag(config, s, pred)
+    return {"accuracy": float((pred == s.target).mean()), "by_lag": by_lag,
+            "chance_from": chance_lag(by_lag)}
+
+
+def p_plus(model: FarbackModel, x: np.ndarray) -> np.ndarray:
+    """The model's probability ``(B,)`` that the event's sign is +, in float64."""
+    logits = model.forward(x)[0].astype(np.float64)  # (B, 2)
+    return 1.0 / (1.0 + np.exp(logits[:, 0] - logits[:, 1]))
 
 
 def evaluate(model: FarbackModel, s: Series, chunk: int = 500) -> dict:
@@ -383,8 +456,7 @@ def evaluate(model: FarbackModel, s: Series, chunk: int = 500) -> dict:
 
     with single_threaded_blas():
         pred = np.concatenate([model.predict(s.x[i: i + chunk]) for i in range(0, len(s), chunk)])
-        out = {"accuracy": float((pred == s.target).mean()),
-               "by_lag": accuracy_by_lag(model.config, s, pred)}
+        out = scores(model.config, s, pred)
         if model.kind == "attention":
             w = np.concatenate([model.weights(s.x[i: i + chunk])
                                 for i in range(0, len(s), chunk)])
@@ -393,14 +465,40 @@ def evaluate(model: FarbackModel, s: Series, chunk: int = 500) -> dict:
     return out
 
 
-def experiment(config: FarbackConfig, n_held_out: int = 2000, *, on_start=None, on_step=None,
+def experiment(config: FarbackConfig, per_bucket: int = 500, *, on_start=None, on_step=None,
                on_done=None) -> tuple[dict, dict[str, FarbackModel]]:
     """Train the three models on the same batches; score them and the recency rules on the
-    same held-out series. Returns ``(result, models)``; ``result`` is JSON-able."""
-    s = held_out(config, n_held_out)
-    rules = {name: {"accuracy": float((pred == s.target).mean()),
-                    "by_lag": accuracy_by_lag(config, s, pred)}
-             for name, pred in recency_rules(s).items()}
+    same held-out series (``per_bucket`` per lag bucket). Returns ``(result, models)``;
+    ``result`` is JSON-able.
+
+    Each model's run also holds ``progress``: its accuracy by lag bucket at every
+    ``config.steps // 12``-th step, on a smaller held-out set (``PROGRESS_PER_BUCKET`` series
+    per bucket) — how a model's reach grows with training. ``train_seconds`` leaves out the
+    time those evaluations took.
+    """
+    s = held_out(config, per_bucket)
+    small = held_out(config, min(PROGRESS_PER_BUCKET, per_bucket))
+    rules = {name: scores(config, s, pred) for name, pred in recency_rules(s).items()}
+    every = max(1, config.steps // 12)
+    progress: dict[str, dict] = {}
+
+    def train_watched(model, hook):
+        log = progress[model.kind] = {"per_bucket": min(PROGRESS_PER_BUCKET, per_bucket),
+                                      "steps": [], "accuracy": [], "chance_from": [],
+                                      "seconds": 0.0}
+
+        def watch(step, loss):
+            if step % every == 0 or step == config.steps:
+                t0 = time.perf_counter()
+                r = evaluate(model, small)
+                log["steps"].append(step)
+                log["accuracy"].append([row["accuracy"] for row in r["by_lag"]])
+                log["chance_from"].append(r["chance_from"])
+                log["seconds"] += time.perf_counter() - t0
+            if hook:
+                hook(step, loss)
+
+        return train(model, watch)
 
     def score(model):
         out = evaluate(model, s)
@@ -408,18 +506,22 @@ def experiment(config: FarbackConfig, n_held_out: int = 2000, *, on_start=None, 
             out["learned_lambda"] = [round(float(v), 4) for v in model.pool.lam()]
         return out
 
-    runs, models = train_each(KINDS, lambda kind: FarbackModel(config, kind), train, score,
-                              on_start=on_start, on_step=on_step, on_done=on_done)
-    return {"task": "farback", "config": config.to_dict(), "held_out": n_held_out,
-            "recency_rules": rules, "models": runs}, models
+    runs, models = train_each(KINDS, lambda kind: FarbackModel(config, kind), train_watched,
+                              score, on_start=on_start, on_step=on_step, on_done=on_done)
+    for kind, run in runs.items():
+        log = progress[kind]
+        run["train_seconds"] = round(max(run["train_seconds"] - log.pop("seconds"), 0.0), 1)
+        run["progress"] = log
+    return {"task": "farback", "config": config.to_dict(), "held_out": len(s),
+            "per_bucket": per_bucket, "recency_rules": rules, "models": runs}, models
 
 
 def weight_examples(model: FarbackModel, n: int = 6) -> tuple[np.ndarray, list[str], list]:
     """The attention weights ``(n, window)`` over ``n`` held-out series (one per lag bucket,
     round robin, oldest event first), a label per row ("lag L ± ✓") and per row
     ``(types, sizes, lag)`` of its series."""
-    s = held_out(model.config, 400)
-    buckets = lag_buckets(model.config)
+    s = held_out(model.config, 50)
+    buckets = lag_buckets(model.config)[-n:]
     picks: list[int] = []
     for j in range(n):
         lo, hi = buckets[j % len(buckets)]
@@ -431,3 +533,21 @@ def weight_examples(model: FarbackModel, n: int = 6) -> tuple[np.ndarray, list[s
     labels = [f"lag {int(s.lag[i])} {'+' if s.target[i] else '−'} "
               f"{'✓' if pred[j] == s.target[i] else '✗'}" for j, i in enumerate(picks)]
     return w, labels, [(s.types[i], s.sizes[i], int(s.lag[i])) for i in picks]
+
+
+SHIPPED_COMMAND = ("qkv train farback --seed 0 --json out/farback.json --plot out/farback.png "
+                   "--weights-plot out/farback-weights.png --heatmap out/farback-weights.html "
+                   "--save-dir out")
+TUNED_COMMAND = ("qkv train farback --seed 0 --gru-gate-bias 3 --json "
+                 "out/farback-gru-tuned.json --plot out/farback-gru-tuned.png")
+
+
+def tuned_gru_run() -> dict:
+    """The counter-case shipped beside the models: the GRU of ``TUNED_COMMAND`` (update-gate
+    bias +3 at initialisation, everything else the shipped run's), as that command's JSON
+    wrote it — ``{"command", "config", "run"}``, ``run`` as a model's entry in
+    :func:`experiment`'s result."""
+    import json
+
+    result = json.loads((DATA / "farback-gru-tuned.json").read_text(encoding="utf-8"))
+    return {"command": TUNED_COMMAND, "config": result["config"], "run": result["models"]["gru"]}

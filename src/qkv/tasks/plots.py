@@ -54,23 +54,32 @@ def seq2seq_plot(result: dict, path) -> Path:
 
 
 def farback_plot(result: dict, path) -> Path:
-    """Accuracy vs the event's lag for the three far-back models and the best recency rule."""
+    """Left: held-out accuracy vs the event's lag bucket for the three far-back models, with
+    95% intervals and each model's "chance from" bucket in its label. Right: the accuracy by lag of
+    each model during training (its reach growing with the steps)."""
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
     styles = {"attention": ("tab:blue", "o-"), "recency": ("tab:orange", "s-"),
               "gru": ("tab:green", "^-")}
+    first = next(iter(result["models"].values()))["by_lag"]
+    xs = list(range(len(first)))
+    ticks = [f"{r['lags'][0]}–{r['lags'][1]}" if r["lags"][1] > r["lags"][0]
+             else str(r["lags"][0]) for r in first]
     for kind, run in result["models"].items():
         color, style = styles[kind]
-        mids = [(r["lags"][0] + r["lags"][1]) / 2 for r in run["by_lag"]]
-        ax.plot(mids, [r["accuracy"] for r in run["by_lag"]], style, color=color,
-                label=f"{kind} ({run['parameters']:,} params): {run['accuracy']:.3f}")
+        acc = [r["accuracy"] for r in run["by_lag"]]
+        err = [[max(a - r["interval"][0], 0.0) for a, r in zip(acc, run["by_lag"], strict=True)],
+               [max(r["interval"][1] - a, 0.0) for a, r in zip(acc, run["by_lag"],
+                                                               strict=True)]]
+        chance = run["chance_from"]
+        where = "never" if chance is None else f"chance from lag {chance[0]}"
+        ax.errorbar(xs, acc, yerr=err, fmt=style, color=color, capsize=3,
+                    label=f"{kind} ({run['parameters']:,} params): {where}")
     ax.axhline(0.5, color="grey", lw=1, ls=":", label="chance")
-    ticks = [f"{r['lags'][0]}–{r['lags'][1]}"
-             for r in next(iter(result["models"].values()))["by_lag"]]
-    ax.set_xticks(mids, ticks)
-    ax.set_xlabel("how far back the event lies (lag, steps)")
-    ax.set_ylabel("held-out accuracy")
-    ax.set_ylim(0.3, 1.02)
+    ax.set_xticks(xs, ticks, fontsize=8)
+    ax.set_xlabel("how far back the event lies (lag bucket, steps)")
+    ax.set_ylabel(f"held-out accuracy ({result['per_bucket']} per bucket, 95% interval)")
+    ax.set_ylim(0.3, 1.04)
     c = result["config"]
     gate = c.get("gru_gate_bias", 0.0)
     ax.set_title(f"find the type-0 block trade in a {c['window']}-step window "
@@ -78,6 +87,23 @@ def farback_plot(result: dict, path) -> Path:
                  + (f", GRU gate bias +{gate:g})" if gate else ")"), fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="lower left")
+    for kind, run in result["models"].items():
+        color, style = styles[kind]
+        prog = run["progress"]
+        picks = sorted({0, len(prog["steps"]) // 4, len(prog["steps"]) // 2,
+                        len(prog["steps"]) - 1})
+        for j, k in enumerate(picks):
+            ax2.plot(xs, prog["accuracy"][k], style, color=color, alpha=0.3 + 0.7 * j /
+                     max(len(picks) - 1, 1), ms=4, label=f"{kind}, step {prog['steps'][k]}")
+    ax2.axhline(0.5, color="grey", lw=1, ls=":")
+    ax2.set_xticks(xs, ticks, fontsize=8)
+    ax2.set_xlabel("lag bucket")
+    ax2.set_ylabel(f"accuracy during training ({prog['per_bucket']} per bucket)")
+    ax2.set_ylim(0.3, 1.04)
+    ax2.set_title("during training: each model's reach, step by step", fontsize=10)
+    ax2.grid(alpha=0.3)
+    ax2.legend(fontsize=6, loc="lower left", ncol=3)
+    fig.tight_layout()
     return _save(fig, path)
 
 
