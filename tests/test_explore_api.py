@@ -126,7 +126,12 @@ def test_scale_view_random_vectors_and_temperature(client):
     r = body["random"]
     assert r["raw_std"] == pytest.approx(raw.scaled.std())
     assert r["scaled_std"] == pytest.approx(divided.scaled.std())
-    assert r["scaled_weights"] == pytest.approx(divided.weights[0].tolist(), abs=1e-15)
+    # the query shown is the one whose largest unscaled weight is nearest their mean
+    peaks = raw.weights.max(axis=-1)
+    assert r["raw_max_weights"] == pytest.approx(peaks.tolist(), abs=1e-15)
+    assert r["query"] == int(np.argmin(np.abs(peaks - peaks.mean())))
+    assert r["scaled_weights"] == pytest.approx(divided.weights[r["query"]].tolist(), abs=1e-15)
+    assert r["raw_weights"] == pytest.approx(raw.weights[r["query"]].tolist(), abs=1e-15)
     # the point of the view: q·k spreads like √d_k (here / τ); the scaled scores like 1 / τ
     assert r["raw_std"] == pytest.approx(16 / 2, rel=0.15)
     assert r["scaled_std"] == pytest.approx(1 / 2, rel=0.15)

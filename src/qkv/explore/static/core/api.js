@@ -12,11 +12,13 @@ export function setPending(delta) {
 }
 
 /** A failed request: status is the HTTP status (0 if the server could not be reached or the
- * page itself refused the input), message a sentence for a person. */
+ * page itself refused the input), message a sentence for a person, problems the server's
+ * [{field, message}] (a 422's "errors"), which core/errors.js words with the controls' labels. */
 export class ApiError extends Error {
-  constructor(status, message) {
+  constructor(status, message, problems = []) {
     super(message);
     this.status = status;
+    this.problems = problems;
   }
 }
 
@@ -38,7 +40,10 @@ async function fetchJSON(path, body) {
   if (!response.ok) {
     const detail = data && typeof data.detail === "string" ? data.detail
       : `the server answered ${response.status}`;
-    throw new ApiError(response.status, detail);
+    const problems = data && Array.isArray(data.errors) ? data.errors : [];
+    // the status and the field paths stay in the console (and the API); the page words them
+    console.info(`${path}: HTTP ${response.status}: ${detail}`);
+    throw new ApiError(response.status, detail, problems);
   }
   return data;
 }
