@@ -355,7 +355,7 @@ def test_mask_presets_clicked_cells_and_a_fully_masked_row(page):
     assert_grid(page, mask_trace(qkv.allow(allowed)))
     for i in (6, 7):
         assert page.get_by_test_id(f"mask-rowsum-{i}").text_content() == "0 (no key)"
-    assert "rows 6, 7 have no allowed key" in page.get_by_test_id("mask-note").text_content()
+    assert "Rows 6, 7 have no allowed key" in page.get_by_test_id("mask-note").text_content()
     grid = page.get_by_test_id("mask-grid").text_content()
     assert "NaN" not in grid.replace("not NaN", "")
     shot(page, "masks.png")

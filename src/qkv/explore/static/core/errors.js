@@ -47,7 +47,8 @@ export function wordsFor(view, err) {
 /** A server sentence that names a field path in its text ("mask.presets[0] (documents) has 5
  * ids…"): the path replaced by its control's label. */
 function stripPaths(view, message) {
-  return message.replace(/\b[a-z_]+(?:\.[a-z_]+|\[\d+\])+/g, (field) => {
+  // a path: words joined by "." with at least one [index] ("e.g." is no path)
+  return message.replace(/\b[a-z_]+(?:\.[a-z_]+)*\[\d+\](?:\.[a-z_]+|\[\d+\])*/g, (field) => {
     for (const [pattern, label] of labels[view] || []) {
       const m = field.match(pattern);
       if (m) return typeof label === "function" ? label(m) : label;
