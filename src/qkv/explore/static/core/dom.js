@@ -108,3 +108,15 @@ export function readNumber(input, label, { min = -Infinity, max = Infinity, whol
   if (x < min || x > max) return { problem: `${label}: ${want} (${text} is out of range).` };
   return { value: x };
 }
+
+/** Keep an SVG's text legible when its viewBox is drawn smaller than `width` user units (a
+ * chart on a phone): sets --u = max(1, user units per CSS px) on it, which the CSS multiplies
+ * into its text's font-size, now and whenever it is resized. */
+export function keepLegible(node, width) {
+  const update = () => {
+    const shown = node.getBoundingClientRect().width;
+    if (shown > 0) node.style.setProperty("--u", String(Math.max(1, width / shown)));
+  };
+  new ResizeObserver(update).observe(node);
+  return node;
+}
