@@ -2,7 +2,7 @@
 //
 // data-pending on <html> counts requests queued or in flight (and the page's own start-up),
 // so tests can wait for "0".
-import { clearError, showError } from "./errors.js";
+import { clearError, refusalMark, showError } from "./errors.js";
 
 let pending = 0;
 /** Count a request (or any wait the tests should see) in (+1) or out (−1). */
@@ -110,8 +110,12 @@ export class Channel {
     while (this.queued !== undefined) {
       const body = this.queued;
       this.queued = undefined;
+      const mark = refusalMark(this.view);
       try {
         let data = await post(this.path, body);
+        // the learner typed something the page refused while this was in flight: the answer
+        // is for inputs no longer on screen, and must not clear the refusal's words
+        if (refusalMark(this.view) !== mark) continue;
         if (window.qkvRecordReads) {
           window.qkvReads = window.qkvReads || new Set();
           data = recording(data, this.path, "");

@@ -57,8 +57,17 @@ function stripPaths(view, message) {
   });
 }
 
+const refusals = {}; // view → how many times the page itself refused an input (status 0)
+
+/** A count that changes whenever the page refuses an input of `view` (core/api.js: an answer
+ * to a request sent before that refusal is for inputs no longer on screen, and is dropped). */
+export function refusalMark(view) {
+  return refusals[view] || 0;
+}
+
 /** Remember view's error (an ApiError or any Error) and show it if the view is open. */
 export function showError(view, err) {
+  if (!err.status) refusals[view] = refusalMark(view) + 1;
   errors[view] = wordsFor(view, err);
   markStale(view, true);
   renderError();

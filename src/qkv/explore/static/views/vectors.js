@@ -83,6 +83,11 @@ function labelSpots({ x, y, tip, anchor }) {
   for (const dy of [0, 16, -16, 32, -32, 48, -48]) {
     spots.push({ x, y: y + dy, anchor }, { ...flipped, y: y + dy });
   }
+  // then further round the tip: either side of it, up to four lines up or down
+  for (const dy of [0, -16, 16, -32, 32, -48, 48, -64, 64]) {
+    spots.push({ x: tip[0] - 14, y: tip[1] + dy + 5, anchor: "end" },
+      { x: tip[0] + 14, y: tip[1] + dy + 5, anchor: "start" });
+  }
   return [...spots, ...spotsAround(tip[0], tip[1], 18, LABEL_FONT)];
 }
 
@@ -172,7 +177,9 @@ function renderPlane() {
   // labels are placed in order of importance: queries, keys, outputs, values
   state.q.forEach((q, i) => label("query", i, q, `q${i}`));
   state.k.forEach((k, j) => {
-    const w = weights ? ` w=${fmt(weights[selected][j], 3)}` : "";
+    // with many keys the weight is shorter (2 decimals, no "w="): the ring has little room
+    const w = !weights ? "" : many ? ` ${fmt(weights[selected][j], 2)}`
+      : ` w=${fmt(weights[selected][j], 3)}`;
     label("key", j, k, `k${j}${w}`);
   });
   if ($("#show-outputs").checked && trace && weights) {
