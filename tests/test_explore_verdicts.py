@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import urllib.request
 
@@ -31,14 +32,22 @@ from page_checks import (
     sideways,
     small_text,
 )
-from test_explore_browser import idle, parse_vector
+from test_explore_browser import SCREENSHOTS, idle, parse_vector
 from test_explore_views import _page, browser, server_url  # noqa: F401  (module fixtures)
 
-WAIT_MS = 180_000  # the model views load their weights on first use: generous under load
+# the model views load their weights on first use: generous under load (QKV_TEST_WAIT_MS lowers
+# it, e.g. to run these tests against an older tree whose pages lack the controls)
+WAIT_MS = int(os.environ.get("QKV_TEST_WAIT_MS", 180_000))
 VIEWS = ["projections", "vectors", "scale", "masks", "mistakes", "cost", "seq2seq", "farback",
          "model", "gpt"]
 # views other helpers are fixing on their branches: the integrator removes these marks
 NOT_MINE = {("model", 390): "fixed on branch gptheads"}
+SHOWN = {"projections", "vectors", "scale", "masks", "mistakes", "seq2seq"}  # screenshots
+
+
+def shot(page, name: str) -> None:
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOTS / name), full_page=True)
 
 
 @pytest.fixture
@@ -357,6 +366,7 @@ def test_the_10_tokens_are_legible_no_label_on_a_knob_or_on_another(desk):
         assert 0 <= boxes[a][1] and boxes[a][3] <= desk.get_by_test_id("plane").bounding_box()[
             "x"] + desk.get_by_test_id("plane").bounding_box()["width"] + 1, boxes[a]
     assert "labelled are q0" in desk.get_by_test_id("plane-said").text_content()
+    shot(desk, "legible-vectors-10-tokens-1400.png")
 
 
 def librarian_lines(page) -> list[str]:
@@ -654,6 +664,8 @@ def test_every_view_is_legible(browser, server_url, view, width, request):  # no
     pg.set_default_timeout(WAIT_MS)
     try:
         visit(pg, f"view={view}")
+        if view in SHOWN:
+            shot(pg, f"legible-{view}-{width}.png")
         assert small_text(pg) == []
         assert sideways(pg) == []
         assert labels_under_knobs(pg) == []

@@ -50,8 +50,9 @@ def _bound(error: dict) -> str | None:
         "less_than": lambda: f"must be less than {ctx.get('lt')}",
         "too_short": lambda: f"needs at least {_count(ctx.get('min_length'), 'item')}",
         "too_long": lambda: f"can hold at most {_count(ctx.get('max_length'), 'item')}",
-        "string_too_short": lambda: ("must not be empty" if ctx.get("min_length") == 1 else
-                                     f"needs at least {_count(ctx.get('min_length'), 'character')}"),
+        "string_too_short": lambda: (
+            "must not be empty" if ctx.get("min_length") == 1 else
+            f"needs at least {_count(ctx.get('min_length'), 'character')}"),
         "string_too_long": lambda: f"can hold at most {_count(ctx.get('max_length'), 'character')}",
         "int_type": lambda: "must be a whole number",
         "int_parsing": lambda: "must be a whole number",

@@ -98,7 +98,8 @@ def curves(per_bucket: int | None = None) -> dict:
                 sets = seq2seq.held_out(config, per_bucket)
                 scores = {kind: seq2seq.evaluate(model, sets) for kind, model in models.items()}
                 count = per_bucket
-                run = f"scored afresh by seq2seq.evaluate on {per_bucket} held-out inputs per bucket"
+                run = (f"scored afresh by seq2seq.evaluate on {per_bucket} held-out inputs per "
+                       "bucket")
             _curves[per_bucket] = {
                 "per_bucket": count, "run": run,
                 "trained_lengths": [config.min_len, config.max_len],

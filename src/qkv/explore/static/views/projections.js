@@ -30,6 +30,9 @@ export const READS = {
     "lookups.tied", "lookups.keys_used"],
 };
 
+// the controls by the request fields they fill, so a server's complaint names the control
+export const LABELS = { w_q: "W_Q", w_k: "W_K", w_v: "W_V", x: "the shape", query: "query point" };
+
 let root;
 const $ = (sel) => root.querySelector(sel);
 
@@ -289,7 +292,8 @@ function renderEditors() {
         const v = Number(input.value);
         if (!Number.isFinite(v) || input.value.trim() === "") {
           input.classList.add("bad");
-          showError(name, new ApiError(0, `${label}[${r}][${c}]: “${input.value}” is not a number`));
+          showError(name, new ApiError(0, `${label} row ${r}, column ${c}: “${input.value}” is ` +
+            "not a number — type one, e.g. 0.5"));
           return;
         }
         matrix(key)[r][c] = v;

@@ -19,6 +19,9 @@ export const READS = {
     "random.raw_weights", "random.scaled_weights", "random.raw_max_weights", "random.query"],
 };
 
+// the controls by the request fields they fill, so a server's complaint names the control
+export const LABELS = { scores: "scores at d_k = 64", d_k: "d_k", temperature: "temperature τ" };
+
 let root;
 const $ = (sel) => root.querySelector(sel);
 

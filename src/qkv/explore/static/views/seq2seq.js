@@ -18,6 +18,9 @@ export const READS = {
     "models.fixed.exact_match"],
 };
 
+// the controls by the request fields they fill, so a server's complaint names the control
+export const LABELS = { input: "input" };
+
 let root;
 const $ = (sel) => root.querySelector(sel);
 

@@ -16,6 +16,11 @@ export const READS = {
     "trace.allowed", "trace.scale", "row_sums", "d_k", "exp.exp", "exp.sum", "exp.shifted",
     "seed.exp_rounded", "seed.sum", "seed.weights_rounded", "seed.output"],
 };
+// the controls by the request fields they fill, so a server's complaint names the control
+export const LABELS = {
+  "queries[i]": (m) => `q${m[1]}`, "keys[i]": (m) => `k${m[1]}`, "values[i]": (m) => `v${m[1]}`,
+  "queries": "queries", "keys": "keys", "values": "values", "scale": "scale",
+};
 
 let root;
 const $ = (sel) => root.querySelector(sel);
