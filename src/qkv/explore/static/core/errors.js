@@ -33,7 +33,8 @@ function plainWords(field) {
 export function wordsFor(view, err) {
   const problems = err.problems || [];
   if (!err.status || problems.length === 0) return stripPaths(view, err.message);
-  const said = problems.map(({ field, message }) => {
+  const said = problems.map(({ field, message: text, words }) => {
+    const message = stripPaths(view, words || text);
     if (!field) return message;
     for (const [pattern, label] of labels[view] || []) {
       const m = field.match(pattern);

@@ -192,7 +192,8 @@ function shapePlane(title, pts, kind, opts = {}) {
       if (dx || dy) g.append(svg("line", { x1: x, y1: y, x2: x + dx, y2: y + dy, cls: "tether" }));
       g.append(svg("circle", { cx: x + dx, cy: y + dy, r: 8, cls: `handle-knob b${r}` }));
       first.push({ spots: spotsAround(x + dx, y + dy, 11, KNOB_FONT), text: `e${r}`,
-        font: KNOB_FONT, cls: "knob-name", parent: g });
+        font: KNOB_FONT, cls: "knob-name" }); // beside its button, not in it: the knob's box
+      // stays the circle (a drag starts from its middle)
       groups.push(g);
     });
   }
