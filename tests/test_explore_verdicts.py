@@ -344,9 +344,21 @@ def test_check_yourself_shape_is_qkvs_10_by_10(desk, answer, right):
     assert rows == 10
 
 
-def test_the_10_tokens_are_legible_no_label_on_a_knob_or_on_another(desk):
+@pytest.mark.parametrize("width", [DESKTOP["width"], PHONE["width"]])
+def test_the_10_tokens_are_legible_no_label_on_a_knob_or_on_another(browser, server_url,  # noqa: F811
+                                                                      width):
     """"Build 10 tokens and check": before, the key labels sat under the knobs and out1–out4
     piled up on one point."""
+    context, desk, outside, _ = _page(browser, server_url, {"width": width, "height": 900})
+    desk.set_default_timeout(WAIT_MS)
+    try:
+        ten_tokens_legible(desk, width)
+    finally:
+        context.close()
+    assert outside == []
+
+
+def ten_tokens_legible(desk, width: int) -> None:
     visit(desk, "view=vectors")
     desk.get_by_test_id("check-shape-answer").fill("10 x 10")
     desk.get_by_test_id("check-shape-run").click()
@@ -366,7 +378,8 @@ def test_the_10_tokens_are_legible_no_label_on_a_knob_or_on_another(desk):
         assert 0 <= boxes[a][1] and boxes[a][3] <= desk.get_by_test_id("plane").bounding_box()[
             "x"] + desk.get_by_test_id("plane").bounding_box()["width"] + 1, boxes[a]
     assert "labelled are q0" in desk.get_by_test_id("plane-said").text_content()
-    shot(desk, "legible-vectors-10-tokens-1400.png")
+    assert small_text(desk) == []
+    shot(desk, f"legible-vectors-10-tokens-{width}.png")
 
 
 def librarian_lines(page) -> list[str]:
