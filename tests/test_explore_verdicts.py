@@ -515,6 +515,26 @@ def test_a_servers_422_names_the_control_not_the_field(desk):
     assert said.startswith("tokens: can hold at most 64 items"), said
 
 
+def test_the_mask_grid_on_a_phone_scrolls_with_its_row_labels_pinned(browser, server_url):  # noqa: F811
+    """The 8 × 8 grid is wider than a phone: it scrolls in its labelled region, and each row's
+    token stays at the region's left edge while the cells scroll."""
+    context, pg, outside, _ = _page(browser, server_url, PHONE)
+    pg.set_default_timeout(WAIT_MS)
+    try:
+        visit(pg, "view=masks")
+        region = pg.get_by_role("region", name="the mask grid")
+        assert region.evaluate("e => e.scrollWidth > e.clientWidth")
+        region.focus()
+        pg.keyboard.press("End")  # the keyboard scrolls it
+        region.evaluate("e => { e.scrollLeft = e.scrollWidth; }")
+        left = region.bounding_box()["x"]
+        for row in pg.locator("table.mask tr th.tok:first-child").all():
+            assert abs(row.bounding_box()["x"] - left) < 2, row.text_content()
+    finally:
+        context.close()
+    assert outside == []
+
+
 # -- view 5 · Mistakes --------------------------------------------------------------------------
 def columns_sum_to_one(wrong_scale: bool, wrong_axis: bool, swap_kv: bool) -> bool:
     """The task's oracle: every column of the mistaken weights sums to 1 (NumPy, the view's
