@@ -512,7 +512,7 @@ def test_a_servers_422_names_the_control_not_the_field(desk):
     idle(desk)
     said = banner(desk)
     assert_in_words(said)
-    assert said.startswith("tokens: can hold at most 64 items"), said
+    assert said.startswith("tokens: at most 64 are allowed"), said
 
 
 def test_the_mask_grid_on_a_phone_scrolls_with_its_row_labels_pinned(browser, server_url):  # noqa: F811

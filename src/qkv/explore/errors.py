@@ -55,8 +55,8 @@ def _bound(error: dict) -> str | None:
         "greater_than": lambda: f"must be more than {_limit(ctx.get('gt'))}",
         "less_than_equal": lambda: f"must be at most {_limit(ctx.get('le'))}",
         "less_than": lambda: f"must be less than {_limit(ctx.get('lt'))}",
-        "too_short": lambda: f"needs at least {_count(ctx.get('min_length'), 'item')}",
-        "too_long": lambda: f"can hold at most {_count(ctx.get('max_length'), 'item')}",
+        "too_short": lambda: f"at least {ctx.get('min_length')} are needed",
+        "too_long": lambda: f"at most {ctx.get('max_length')} are allowed",
         "string_too_short": lambda: (
             "must not be empty" if ctx.get("min_length") == 1 else
             f"needs at least {_count(ctx.get('min_length'), 'character')}"),
