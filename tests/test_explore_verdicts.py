@@ -705,3 +705,31 @@ def test_every_view_is_legible(browser, server_url, view, width, request):  # no
     finally:
         context.close()
     assert outside == []
+
+
+STATES = {  # views 1, 3 and 7 in states other than their first look
+    "projections-line": more("projections", {"lookup": {"query": 0, "dk": 1, "narrow": {
+        "w_q": [[1], [0]], "w_k": [[1], [0]]}}}),
+    "projections-letter-projection": more("projections", {"proj": {
+        "shape": "letter", "w_q": [[1, 0], [0, 1]], "w_k": [[0.5, 0.5], [0.5, 0.5]],
+        "w_v": [[2, 0], [0, 0.5]]}}),
+    "seq2seq-short": more("seq2seq", {"s2s": "abcd"}),
+    "scale-extreme": "view=scale&tau=0.1&dk=1024",
+}
+
+
+@pytest.mark.parametrize("width", [DESKTOP["width"], PHONE["width"]])
+@pytest.mark.parametrize("state", list(STATES))
+def test_other_states_are_legible(browser, server_url, state, width):  # noqa: F811
+    """A line of points (d_k = 1), knobs on one point (the projection preset), a short input, the
+    slider's extremes: the same legibility as the first look."""
+    context, pg, outside, _ = _page(browser, server_url, {"width": width, "height": 900})
+    pg.set_default_timeout(WAIT_MS)
+    try:
+        visit(pg, STATES[state])
+        assert small_text(pg) == []
+        assert sideways(pg) == []
+        assert labels_under_knobs(pg) == []
+    finally:
+        context.close()
+    assert outside == []

@@ -57,7 +57,7 @@ const PRESETS_1 = { "x only": [[1], [0]], "y only": [[0], [1]], "x + y": [[0.5],
   "x − y": [[1], [-1]] };
 const PLANE = { size: 220, range: 2.5 };
 const PT_FONT = 13; // .pt-label in style.css: ≥ 11 CSS px when two planes share a phone's row
-const KNOB_FONT = 12; // .knob-name
+const KNOB_FONT = 13; // .knob-name
 const MATS = [["w_q", "W_Q", "Q", "query"], ["w_k", "W_K", "K", "key"], ["w_v", "W_V", "V", "value"]];
 const STEP_NAMES = ["turn", "stretch", "turn"];
 // the view's own state beyond state.proj: the selected query, d_k, the 2 × 1 W_Q and W_K
