@@ -664,6 +664,14 @@ def test_the_encoder_decoder_task_follows_the_models(desk, s2s_models):
         assert done == s2s_done(s2s_models, text), (text, said)
         n = len(text)
         assert f"({n} symbol{'' if n == 1 else 's'})" in said
+    # a symbol the models do not know, and nothing at all: said in words, naming the input
+    for text in ("abz", ""):
+        desk.get_by_test_id("seq2seq-input").fill(text)
+        desk.get_by_test_id("seq2seq-input").press("Enter")
+        idle(desk)
+        said = banner(desk)
+        assert_in_words(said)
+        assert said.startswith("input: "), said
 
 
 def test_view_7_says_which_run_its_accuracy_comes_from(desk, s2s_models):
