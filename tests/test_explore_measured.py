@@ -171,7 +171,12 @@ def test_curves_take_an_empty_body(client):
 
 def test_seq2seq_curves_are_evaluate_on_the_held_out_set(client):
     body = client.post("/api/seq2seq/curves", json={}).json()
-    assert body["per_bucket"] == 200 and len(body["long_example"]) == 40
+    # by default: the scores stored in the checkpoints, view 6's figures from the same source
+    stored = seq2seq.load_pretrained("attention").metrics["buckets"]
+    assert body["per_bucket"] == stored[0]["sequences"] == 1000 and len(body["long_example"]) == 40
+    for kind in ("attention", "fixed"):
+        assert body["models"][kind] == seq2seq.load_pretrained(kind).metrics["buckets"]
+    assert "qkv train seq2seq --seed 0" in body["run"]
     small = seq2seq_service.curves(12)
     config = seq2seq.load_pretrained("fixed").config
     for kind in ("attention", "fixed"):

@@ -234,7 +234,9 @@ def test_projection_preset_knobs_fan_out_and_the_task_is_checked(desk):
     page.get_by_test_id("w_k-0-0").fill("1e9")
     page.get_by_test_id("w_k-0-0").press("Enter")
     idle(page)
-    assert "w_k[0][0]" in page.get_by_test_id("error").text_content()
+    # in the learner's words: the matrix's own label, no field path or HTTP code
+    said = page.get_by_test_id("error").text_content()
+    assert said.startswith("W_K: must be at most 1,000,000") and "[0]" not in said, said
     assert page.get_by_test_id("view-projections").get_attribute("data-stale") == "1"
     assert_page_clean(page)
     page.get_by_test_id("w_k-0-0").fill("1")

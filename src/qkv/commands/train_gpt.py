@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import argparse
 
+from ._train_common import BAR, LOSS_WIDTH, exit_on_sigterm, fit_columns
+
 # flag → GPTConfig field, for the flags that define the model and the recipe
 CONFIG_FLAGS = {"layers": "n_layer", "heads": "n_head", "width": "n_embd",
                 "context": "block_size", "batch": "batch", "lr": "lr",
@@ -179,9 +181,7 @@ def _config(args, corpus, base=None):
 
 
 def run_gpt(args: argparse.Namespace) -> int:
-    from .train import _exit_on_sigterm
-
-    restore = _exit_on_sigterm()
+    restore = exit_on_sigterm()
     try:
         return _run(args)
     finally:
@@ -309,8 +309,6 @@ def _progress(console, total: int, *, disable: bool):
         TimeRemainingColumn,
     )
 
-    from .train import BAR, LOSS_WIDTH, _fit_columns
-
     n = 2 * len(str(total)) + 1
     step, count = (TextColumn("[bold]step"), 4), (MofNCompleteColumn(), n)
     loss = "loss {task.fields[loss]:.4f}"
@@ -318,7 +316,7 @@ def _progress(console, total: int, *, disable: bool):
     short = TextColumn(loss + " {task.fields[rate]:,.0f} tok/s")
     w_long, w_short = 5 + LOSS_WIDTH + 9 + 6 + 3 + 7 + 6, 5 + LOSS_WIDTH + 1 + 7 + 6
     elapsed, remaining = (TimeElapsedColumn(), 7), (TimeRemainingColumn(), 7)
-    columns = _fit_columns(console.width, [
+    columns = fit_columns(console.width, [
         [step, count, (BAR, 0), (long, w_long), elapsed, remaining],
         [step, count, (BAR, 0), (long, w_long), elapsed],
         [step, count, (long, w_long)],

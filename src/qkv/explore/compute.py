@@ -11,6 +11,7 @@ import numpy as np
 import qkv
 
 from .schemas import (
+    MAX_SCALE_DK,
     SEED_KEYS,
     SEED_QUERIES,
     SEED_VALUES,
@@ -183,9 +184,14 @@ def vectors_trace(req: TraceRequest) -> dict:
 
 def gradient_share(weights: np.ndarray) -> list[float]:
     """∂w_j/∂score_j = w_j (1 − w_j) for each key: how much gradient reaches key j's score
-    through softmax (the Jacobian's diagonal). It vanishes as w_j → 0 or 1."""
-    w = np.asarray(weights, dtype=np.float64)
-    return (w * (1.0 - w)).tolist()
+    through softmax (the Jacobian's diagonal). It vanishes as w_j → 0 or 1.
+
+    1 − w_j is computed as the sum of the other weights (equal in exact arithmetic): float64
+    rounds a weight of 1 − 1.8e-35 to 1, and 1 − w_j would then be 0, printing "0, 1.8e-35"
+    for two keys whose gradients are equal (w₀w₁ = w₁w₀)."""
+    w = np.asarray(weights, dtype=np.float64)  # (Nk,)
+    rest = np.array([np.delete(w, j).sum() for j in range(len(w))])  # (Nk,) 1 − w_j
+    return (w * rest).tolist()
 
 
 # A gradient w(1 − w) below this has "nearly vanished": the key's score barely learns. (At the
@@ -248,6 +254,34 @@ def scale_sentences(ex: dict) -> dict:
     return {"heading": heading, "summary": " ".join(parts)}
 
 
+TASK_SHARE = 0.01  # view 3's task: the lower key's unscaled weight below 1%
+
+
+def lowest_unscaled_weight(scores, reference_d_k: int, temperature: float,
+                           d_ks: np.ndarray) -> np.ndarray:
+    """The smallest unscaled weight, ``min_j softmax(scores · √(d_k/reference_d_k) / τ)_j``,
+    at each d_k of ``d_ks`` ``(M,)``, by qkv.explain: one 1-d query ``[[1]]`` against the
+    grown scores as 1-d keys, every d_k a batch row."""
+    grown = np.sqrt(np.asarray(d_ks, np.float64) / reference_d_k)  # (M,)
+    keys = np.asarray(scores, np.float64)[None, :, None] * grown[:, None, None]  # (M, Nk, 1)
+    query = np.ones((len(grown), 1, 1))  # (M, 1, 1)
+    w = qkv.explain(query, keys, keys, scale=1.0 / temperature).weights[:, 0]  # (M, Nk)
+    return w.min(axis=-1)
+
+
+def scale_task(req: ScaleRequest) -> dict:
+    """View 3's task over its whole domain (every d_k from 1 to MAX_SCALE_DK): the smallest d_k
+    whose unscaled softmax leaves the lower key under :data:`TASK_SHARE` (None: none does), and
+    the lower key's weight at d_k − 1. The page's ✓ is this, not the d_k values it has seen."""
+    d_ks = np.arange(1, MAX_SCALE_DK + 1)
+    lowest = lowest_unscaled_weight(req.scores, req.reference_d_k, req.temperature, d_ks)
+    below = np.flatnonzero(lowest < TASK_SHARE)
+    return {"share": TASK_SHARE, "max_d_k": MAX_SCALE_DK,
+            "smallest_d_k": int(d_ks[below[0]]) if below.size else None,
+            "weight_at_max": float(lowest[-1]),
+            "previous_weight": float(lowest[req.d_k - 2]) if req.d_k > 1 else None}
+
+
 def scale_view(req: ScaleRequest) -> dict:
     """View 3: softmax of scores that grow with d_k, with and without 1/(τ·√d_k), and random
     vectors.
@@ -280,12 +314,22 @@ def scale_view(req: ScaleRequest) -> dict:
         "unscaled_gradient": gradient_share(unscaled.weights[0]),
     }
     example.update(scale_sentences(example))
+    example["task"] = scale_task(req)
+    # "a hard argmax": the key falling behind keeps less than VANISHED of gradient
+    j = int(np.argmin(example["unscaled_weights"]))
+    example["hard"] = {"key": j, "vanished": VANISHED,
+                       "unscaled": example["unscaled_gradient"][j] < VANISHED,
+                       "scaled": example["gradient"][j] < VANISHED}
 
     rng = np.random.default_rng(req.seed)
     q = rng.standard_normal((SCALE_QUERIES, req.d_k))
     k = rng.standard_normal((req.n_keys, req.d_k))
     raw = qkv.explain(q, k, k, scale=1.0 / req.temperature)
     divided = qkv.explain(q, k, k, scale=scale)
+    raw_max = raw.weights.max(axis=-1)  # (SCALE_QUERIES,)
+    # the query shown: the one whose largest unscaled weight is nearest the mean of them all,
+    # so its bars show the peak the mean describes
+    shown = int(np.argmin(np.abs(raw_max - raw_max.mean())))
     return {
         "example": example,
         "random": {
@@ -297,12 +341,15 @@ def scale_view(req: ScaleRequest) -> dict:
             "raw_std": float(raw.scaled.std()),
             "scaled_std": float(divided.scaled.std()),
             "sqrt_d_k": math.sqrt(req.d_k),
-            "raw_mean_max_weight": float(raw.weights.max(axis=-1).mean()),
+            "raw_mean_max_weight": float(raw_max.mean()),
             "scaled_mean_max_weight": float(divided.weights.max(axis=-1).mean()),
-            "raw_scores": raw.scaled[0].tolist(),
-            "raw_weights": raw.weights[0].tolist(),
-            "scaled_scores": divided.scaled[0].tolist(),
-            "scaled_weights": divided.weights[0].tolist(),
+            "raw_max_weights": raw_max.tolist(),
+            "scaled_max_weights": divided.weights.max(axis=-1).tolist(),
+            "query": shown,
+            "raw_scores": raw.scaled[shown].tolist(),
+            "raw_weights": raw.weights[shown].tolist(),
+            "scaled_scores": divided.scaled[shown].tolist(),
+            "scaled_weights": divided.weights[shown].tolist(),
         },
     }
 

@@ -164,6 +164,8 @@ class Seq2SeqCurves(BaseModel):
 
 class Seq2SeqCurvesResponse(BaseModel):
     per_bucket: int = Field(description="held-out sequences per length bucket")
+    run: str = Field(description="where the scores come from: the shipped checkpoints' "
+                     "stored held-out scores and the command of the run that trained them")
     trained_lengths: list[int]
     d_hidden: int = Field(description="the size of the fixed model's one context vector")
     long_example: str = Field(description="a held-out-style input of the longest trained length")

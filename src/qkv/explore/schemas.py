@@ -205,6 +205,8 @@ class NeuronRequest(ModelRequest):
 class FieldError(BaseModel):
     field: str = Field(description="where in the request, e.g. keys[2][0]")
     message: str
+    words: str = Field("", description="what is wrong, as a learner reads it (\"must be at "
+                       "least 1\"): the page puts it after the control's own label")
 
 
 class ErrorResponse(BaseModel):
@@ -281,6 +283,29 @@ class ScaleExample(BaseModel):
     heading: str = Field(description="the scores in words: how many standard deviations apart")
     summary: str = Field(description="what the key falling behind keeps, unscaled and scaled, "
                          "in sentences written from these numbers")
+    task: ScaleTask
+    hard: ScaleHard
+
+
+class ScaleTask(BaseModel):
+    """The task "the smallest d_k where the unscaled softmax gives the lower key < share",
+    answered over every d_k from 1 to max_d_k."""
+
+    share: float
+    max_d_k: int
+    smallest_d_k: int | None = Field(description="None: no d_k up to max_d_k gets below share")
+    weight_at_max: float = Field(description="the lower key's unscaled weight at max_d_k")
+    previous_weight: float | None = Field(description="the lower key's unscaled weight at "
+                                          "d_k − 1 (None at d_k = 1)")
+
+
+class ScaleHard(BaseModel):
+    """Is each softmax a hard argmax: the key falling behind keeps a gradient below vanished."""
+
+    key: int
+    vanished: float
+    unscaled: bool
+    scaled: bool
 
 
 class ScaleRandom(BaseModel):
@@ -297,10 +322,14 @@ class ScaleRandom(BaseModel):
     sqrt_d_k: float
     raw_mean_max_weight: float = Field(description="mean over queries of the largest weight")
     scaled_mean_max_weight: float
-    raw_scores: list[float] = Field(description="query 0's scores / τ")
-    raw_weights: list[float] = Field(description="query 0's weights, unscaled")
+    raw_max_weights: list[float] = Field(description="each query's largest weight, unscaled")
+    scaled_max_weights: list[float] = Field(description="each query's largest weight, scaled")
+    query: int = Field(description="the query shown: its largest unscaled weight is the "
+                       "nearest to the mean")
+    raw_scores: list[float] = Field(description="the shown query's scores / τ")
+    raw_weights: list[float] = Field(description="the shown query's weights, unscaled")
     scaled_scores: list[float]
-    scaled_weights: list[float] = Field(description="query 0's weights, scaled")
+    scaled_weights: list[float] = Field(description="the shown query's weights, scaled")
 
 
 class ScaleResponse(BaseModel):

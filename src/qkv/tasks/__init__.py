@@ -1,8 +1,7 @@
 """Tasks that train qkv.nn models from scratch: associative recall (the seeds' library search)."""
 
 from .checkpoint import CheckpointError
-from .recall import RecallBatch, RecallConfig, RecallModel, RecallTask, evaluate
-from .training import Run
+from .recall import RecallBatch, RecallConfig, RecallModel, RecallTask, Run, evaluate
 
 __all__ = ["CheckpointError", "RecallBatch", "RecallConfig", "RecallModel", "RecallTask", "Run",
            "evaluate"]

@@ -18,7 +18,7 @@ before any tensor data is read — a config or step that is out of range or inco
 stored shapes. Arrays come back bit-identical (same dtype, shape and bytes): safetensors stores
 raw little-endian buffers.
 
-Layout of a training checkpoint (see :mod:`qkv.tasks.training`)::
+Layout of a training checkpoint (see :mod:`qkv.tasks.recall`)::
 
     model.<param>        every model parameter, e.g. model.attn.w_q
     adam.m.<param>       Adam's first moments (float64)

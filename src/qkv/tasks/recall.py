@@ -20,17 +20,29 @@ of exactly one slot's k (the matching key) and W_V must carry that slot's value 
 seeds' "nothing about query or key is hand-designed" made concrete. ``RecallModel.lookup``
 returns the query's attention weights over the slots, which after training land on the slot
 whose key matches.
+
+:class:`Run` trains it: one step samples a batch → forward → softmax cross-entropy → backward →
+Adam. Every random draw comes from generators seeded by ``config.seed`` (initialisation:
+``seed``; training data: ``[seed, 1]``; held-out data: ``[seed, 0xE7A1]``; the single example
+``i`` that ``qkv train explain --index i`` shows: ``[seed, 0xE7A1, 1, i]``), and the data
+generator's state is saved in each checkpoint, so a run resumed from a checkpoint continues
+bit-for-bit as if never stopped.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from ..nn import Embedding, LayerNorm, Linear, MultiHeadAttention
+from ..engine.threads import single_threaded_blas
+from ..nn import Adam, Embedding, LayerNorm, Linear, MultiHeadAttention, softmax_cross_entropy
 from ..nn._base import prefixed
+from . import checkpoint as ckpt
+from .training import cosine_lr
 
 MAX_STEP_ELEMENTS = 2**27
 
@@ -81,8 +93,6 @@ class RecallConfig:
         A constant rate lets held-out accuracy sag from 100% to ~99.7% late in training (Adam's
         steps stay lr-sized while the gradients vanish); decaying it keeps the solution put.
         """
-        from .training import cosine_lr  # here: training.py imports this module
-
         return cosine_lr(self.lr, step, self.decay_steps)
 
     def to_dict(self) -> dict:
@@ -222,3 +232,131 @@ def evaluate(model: RecallModel, batch: RecallBatch, chunk: int = 1000) -> dict[
         top = model.lookup(part).argmax(axis=-1)  # (b, H)
         hits += int((top == part.slot[:, None]).any(axis=1).sum())
     return {"accuracy": correct / n, "top_weight_hit": hits / n}
+
+
+# -- training ---------------------------------------------------------------------------------
+TASK = "recall"
+
+
+@dataclass
+class Run:
+    """A model, its optimiser, its data stream and its progress so far."""
+
+    config: RecallConfig
+    model: RecallModel
+    opt: Adam
+    rng: np.random.Generator
+    step: int = 0
+    elapsed: float = 0.0  # training seconds across resumes
+    history: list[dict] = field(default_factory=list)  # held-out evaluations
+
+    @property
+    def model_size(self) -> int:
+        return sum(int(p.size) for p in self.model.params.values())
+
+    @classmethod
+    def fresh(cls, config: RecallConfig) -> Run:
+        model = RecallModel(config)
+        return cls(config, model, Adam(model.params, lr=config.lr),
+                   np.random.default_rng([config.seed, 1]))
+
+    # -- checkpoints ------------------------------------------------------------------------
+    def save(self, path) -> None:
+        tensors = {f"model.{n}": a for n, a in self.model.params.items()}
+        tensors.update({f"adam.{n}": a for n, a in self.opt.state_dict().items()})
+        ckpt.save(path, tensors, {
+            "task": TASK, "config": self.config.to_dict(), "step": self.step,
+            "rng": self.rng.bit_generator.state, "elapsed": self.elapsed,
+            "history": self.history,
+        })
+
+    @classmethod
+    def load(cls, path) -> Run:
+        """The run saved at ``path``; a :class:`~qkv.tasks.checkpoint.CheckpointError` naming
+        the file for anything truncated, edited, out of range or inconsistent. The config is
+        checked against the stored shapes before the model is built from it."""
+        tensors, meta = ckpt.load(path, check=_check_header)
+        with ckpt.reading(path):
+            config = ckpt.config_from(RecallConfig, meta["config"])
+            run = cls.fresh(config)
+            expected = {f"model.{n}": p for n, p in run.model.params.items()}
+            expected.update({f"adam.{n}": a for n, a in run.opt.state_dict().items()})
+            ckpt.expect_tensors(tensors, expected)
+            for name, p in run.model.params.items():
+                p[...] = tensors[f"model.{name}"]
+            ckpt.load_optimizer(run.opt, tensors, "adam.", meta["step"])
+            ckpt.restore_rng(run.rng, meta["rng"])
+        run.step, run.elapsed, run.history = meta["step"], meta["elapsed"], meta["history"]
+        return run
+
+    # -- training ---------------------------------------------------------------------------
+    def train_step(self, task: RecallTask) -> tuple[float, float]:
+        """One Adam step on a fresh batch; returns (loss, batch accuracy)."""
+        batch = task.sample(self.rng, self.config.batch)
+        logits, ctx = self.model.forward(batch)
+        loss, dlogits = softmax_cross_entropy(logits, batch.target)
+        self.opt.lr = self.config.lr_at(self.step)
+        self.opt.step(self.model.backward(ctx, dlogits))
+        self.step += 1
+        return loss, float((logits.argmax(-1) == batch.target).mean())
+
+    def train(self, steps: int, *, eval_every: int = 100, held_out: int = 2000,
+              checkpoint=None, stop_at: float | None = None,
+              on_step: Callable[[Run, float, float], None] | None = None,
+              on_eval: Callable[[Run, dict], None] | None = None) -> dict:
+        """Train until ``self.step == steps`` (or held-out accuracy ≥ ``stop_at``).
+
+        Evaluates on the held-out set every ``eval_every`` steps and at the end, saving a
+        checkpoint (if ``checkpoint`` is a path) after each evaluation. Returns the last
+        evaluation: ``{"step", "accuracy", "top_weight_hit", "elapsed"}``.
+
+        The BLAS is held to one thread meanwhile (with threadpoolctl installed): these matrices
+        are small, and BLAS threads on them cost ~8× the wall time on a busy 2-core machine
+        (measured: 100 steps in 16.6 s with BLAS threads, 2.1 s without).
+        """
+        with single_threaded_blas():
+            return self._train(steps, eval_every, held_out, checkpoint, stop_at, on_step,
+                               on_eval)
+
+    def _train(self, steps, eval_every, held_out, checkpoint, stop_at, on_step, on_eval):
+        task = RecallTask(self.config)
+        held = task.held_out(held_out)
+        last = self.history[-1] if self.history else None
+        while self.step < steps:
+            t0 = time.perf_counter()
+            loss, acc = self.train_step(task)
+            self.elapsed += time.perf_counter() - t0
+            if on_step:
+                on_step(self, loss, acc)
+            if self.step % eval_every == 0 or self.step == steps:
+                last = self._evaluate(held, checkpoint, on_eval)
+                if stop_at is not None and last["accuracy"] >= stop_at:
+                    break
+        if last is None or last["step"] != self.step:
+            last = self._evaluate(held, checkpoint, on_eval)
+        return last
+
+    def _evaluate(self, held, checkpoint, on_eval) -> dict:
+        metrics = {"step": self.step, **evaluate(self.model, held),
+                   "elapsed": round(self.elapsed, 3)}
+        self.history.append(metrics)
+        if checkpoint is not None:
+            self.save(checkpoint)
+        if on_eval:
+            on_eval(self, metrics)
+        return metrics
+
+
+def _check_header(meta: dict, shapes: ckpt.Shapes) -> None:
+    """The metadata of a recall checkpoint, checked on the header alone (before any tensor is
+    read or any model built): task, config (types, ranges, and the sizes its tensors pin),
+    step, elapsed and history."""
+    if meta.get("task") != TASK:
+        raise ckpt.CheckpointError(f"a checkpoint of task {meta.get('task')!r}, not {TASK!r}")
+    for key in ("config", "step", "rng", "elapsed", "history"):
+        if key not in meta:
+            raise ckpt.CheckpointError(f"metadata {key!r} is missing")
+    config = ckpt.config_from(RecallConfig, meta["config"])
+    ckpt.expect_shapes(shapes, {f"model.{n}": s for n, s in
+                                RecallModel.pinned_shapes(config).items()}, "config")
+    ckpt.check_progress(meta, ("accuracy", "top_weight_hit"))

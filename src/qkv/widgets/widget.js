@@ -10,6 +10,7 @@
 // The kernel computes every number; this module, like the page, only draws.
 import { ApiError, setTransport } from "../explore/static/core/api.js";
 import { setRoot } from "../explore/static/core/dom.js";
+import { setLabels } from "../explore/static/core/errors.js";
 import { loadColors } from "../explore/static/core/legend.js";
 import { setPersist, state } from "../explore/static/core/state.js";
 import * as masks from "../explore/static/views/masks.js";
@@ -78,6 +79,7 @@ export async function render({ model: widgetModel, el, data }) {
   if (view.prepare) await view.prepare();
   const section = root.querySelector(`#view-${name}`);
   section.hidden = false;
+  setLabels(name, view.LABELS);
   view.mount(section);
   view.sync();
   view.show();

@@ -2,7 +2,7 @@
 //
 // data-pending on <html> counts requests queued or in flight (and the page's own start-up),
 // so tests can wait for "0".
-import { clearError, showError } from "./errors.js";
+import { clearError, refusalMark, showError } from "./errors.js";
 
 let pending = 0;
 /** Count a request (or any wait the tests should see) in (+1) or out (−1). */
@@ -12,11 +12,13 @@ export function setPending(delta) {
 }
 
 /** A failed request: status is the HTTP status (0 if the server could not be reached or the
- * page itself refused the input), message a sentence for a person. */
+ * page itself refused the input), message a sentence for a person, problems the server's
+ * [{field, message}] (a 422's "errors"), which core/errors.js words with the controls' labels. */
 export class ApiError extends Error {
-  constructor(status, message) {
+  constructor(status, message, problems = []) {
     super(message);
     this.status = status;
+    this.problems = problems;
   }
 }
 
@@ -38,7 +40,10 @@ async function fetchJSON(path, body) {
   if (!response.ok) {
     const detail = data && typeof data.detail === "string" ? data.detail
       : `the server answered ${response.status}`;
-    throw new ApiError(response.status, detail);
+    const problems = data && Array.isArray(data.errors) ? data.errors : [];
+    // the status and the field paths stay in the console (and the API); the page words them
+    console.info(`${path}: HTTP ${response.status}: ${detail}`);
+    throw new ApiError(response.status, detail, problems);
   }
   return data;
 }
@@ -105,8 +110,12 @@ export class Channel {
     while (this.queued !== undefined) {
       const body = this.queued;
       this.queued = undefined;
+      const mark = refusalMark(this.view);
       try {
         let data = await post(this.path, body);
+        // the learner typed something the page refused while this was in flight: the answer
+        // is for inputs no longer on screen, and must not clear the refusal's words
+        if (refusalMark(this.view) !== mark) continue;
         if (window.qkvRecordReads) {
           window.qkvReads = window.qkvReads || new Set();
           data = recording(data, this.path, "");

@@ -2,7 +2,7 @@
 // with ticks, one line and its markers per series, a legend. The SVG scales with its box
 // (viewBox, width 100%), so a chart never makes a phone page wider. It draws numbers it is
 // given; it computes nothing about attention.
-import { el, svg } from "./dom.js";
+import { el, keepLegible, svg } from "./dom.js";
 
 /** Colour-blind-safe line colours (Okabe–Ito), in series order. */
 export const PALETTE = ["#0072b2", "#d55e00", "#009e73", "#cc79a7", "#7a5c00"];
@@ -29,8 +29,8 @@ export function lineChart(opts) {
   const ys = opts.series.flatMap((s) => s.points.map((p) => p.y));
   const fx = axis(opts.x, xs, m.l, W - m.r);
   const fy = axis(opts.y, ys, H - m.b, m.t);
-  const chart = svg("svg", { viewBox: `0 0 ${W} ${H}`, cls: "chart", role: "img",
-    "data-testid": opts.testid, "aria-label": opts.label });
+  const chart = keepLegible(svg("svg", { viewBox: `0 0 ${W} ${H}`, cls: "chart", role: "img",
+    "data-testid": opts.testid, "aria-label": opts.label }), W);
   const line = (x1, y1, x2, y2, cls) => chart.append(svg("line", { x1, y1, x2, y2, cls }));
   const text = (x, y, s, attrs = {}) => {
     const node = svg("text", { x, y, cls: "chart-text", ...attrs });

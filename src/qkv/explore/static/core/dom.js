@@ -84,3 +84,39 @@ export function svgPoint(plane, event) {
   pt.y = event.clientY;
   return pt.matrixTransform(plane.getScreenCTM().inverse());
 }
+
+/** "1 step", "3 steps", "1 query", "2 queries": a count with its noun in agreement. */
+export function plural(n, one, many = `${one}s`) {
+  return `${n.toLocaleString("en-US")} ${n === 1 ? one : many}`;
+}
+
+/** A number typed into `input` (a text or number field), read as a person would: returns
+ * { value } or { problem }, a sentence that names the field by `label` and says what to type —
+ * "abc" is not "should be ≥ 1". A number field holding letters reports an empty value and
+ * validity.badInput; both are answered in words. */
+export function readNumber(input, label, { min = -Infinity, max = Infinity, whole = false } = {}) {
+  const text = input.value.trim();
+  const range = Number.isFinite(min) && Number.isFinite(max) ? ` from ${min} to ${max}`
+    : Number.isFinite(min) ? ` of at least ${min}` : Number.isFinite(max) ? ` of at most ${max}` : "";
+  const want = `type ${whole ? "a whole number" : "a number"}${range}`;
+  if ((input.validity && input.validity.badInput) || text === "") {
+    return { problem: `${label}: ${want}${text ? ` (“${text}” is not a number)` : ""}.` };
+  }
+  const x = Number(text);
+  if (!Number.isFinite(x)) return { problem: `${label}: ${want} (“${text}” is not a number).` };
+  if (whole && !Number.isInteger(x)) return { problem: `${label}: ${want} (${text} is not whole).` };
+  if (x < min || x > max) return { problem: `${label}: ${want} (${text} is out of range).` };
+  return { value: x };
+}
+
+/** Keep an SVG's text legible when its viewBox is drawn smaller than `width` user units (a
+ * chart on a phone): sets --u = max(1, user units per CSS px) on it, which the CSS multiplies
+ * into its text's font-size, now and whenever it is resized. */
+export function keepLegible(node, width) {
+  const update = () => {
+    const shown = node.getBoundingClientRect().width;
+    if (shown > 0) node.style.setProperty("--u", String(Math.max(1, width / shown)));
+  };
+  new ResizeObserver(update).observe(node);
+  return node;
+}

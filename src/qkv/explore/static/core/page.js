@@ -8,9 +8,11 @@
 //   sync()          the state (after a hash change) → the view's controls
 //   show()          the view was opened: ask the server and draw the answer
 //   prepare()       optional, async, before mount: fetch what the view needs once
+//   LABELS          optional, {request field path: the control's label}, so a server's
+//                   complaint names the control the learner sees (core/errors.js)
 import { $, $$ } from "./dom.js";
 import { setPending } from "./api.js";
-import { renderError } from "./errors.js";
+import { renderError, setLabels } from "./errors.js";
 import { loadColors } from "./legend.js";
 import { loadURL, setViewNames, state, writeURL } from "./state.js";
 
@@ -42,7 +44,10 @@ export async function start(registry) {
   setPending(+1); // the page itself is still starting: tests wait for "0"
   await Promise.all([loadColors(), ...views.map((v) => (v.prepare ? v.prepare() : null))]);
   loadURL();
-  for (const view of views) view.mount($(`#view-${view.name}`));
+  for (const view of views) {
+    setLabels(view.name, view.LABELS);
+    view.mount($(`#view-${view.name}`));
+  }
   for (const button of $$("[data-view]")) {
     button.addEventListener("click", () => showView(button.dataset.view));
   }

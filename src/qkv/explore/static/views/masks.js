@@ -2,7 +2,7 @@
 // clicked cells flip; the grid's weights, the mask in sentences and as qkv code all come from
 // the server (POST /api/mask: qkv.masks and qkv.explain).
 import { ApiError, Channel } from "../core/api.js";
-import { announce, el, fmt, scrollBox } from "../core/dom.js";
+import { announce, el, fmt, plural, readNumber, scrollBox } from "../core/dom.js";
 import { showError } from "../core/errors.js";
 import { COLORS, legend, paint } from "../core/legend.js";
 import { state, writeURL } from "../core/state.js";
@@ -11,6 +11,29 @@ export const name = "masks";
 export const READS = {
   "/api/mask": ["tokens", "trace.mask", "trace.weights", "trace.allowed", "row_sums",
     "fully_masked_rows", "description"],
+};
+
+// the controls by the request fields they fill, so a server's complaint names the control
+export const LABELS = {
+  "mask.presets[i].window.before": "window · before",
+  "mask.presets[i].window.after": "window · after",
+  "mask.presets[i].prefix.n": "prefix · n",
+  "mask.presets[i].padding.key_length": "padding · keys",
+  "mask.presets[i].padding.query_length": "padding · queries",
+  "mask.presets[i].documents.ids": "documents · ids",
+  "mask.presets[i]": "presets",
+  "mask.overrides": "clicked cells",
+  "mask": "presets",
+  "tokens": "tokens",
+  "seed": "seed",
+};
+// each preset's numbers: the label the page shows and what they may be (the server's limits)
+const PARAMS = {
+  before: ["window · before", { min: 0, whole: true }],
+  after: ["window · after", { min: 0, whole: true }],
+  n: ["prefix · n", { min: 0, whole: true }],
+  key_length: ["padding · keys", { min: 0, whole: true }],
+  query_length: ["padding · queries", { min: 0, whole: true }],
 };
 
 let root;
@@ -36,6 +59,8 @@ function documentIds(tokens) {
   });
 }
 
+/** The checked presets with their numbers, or { problem } in the learner's words naming the
+ * control (a preset's number left empty keeps its default; "abc" or −1 is a problem). */
 function readPresets() {
   const tokens = tokenList();
   const presets = [];
@@ -47,14 +72,30 @@ function readPresets() {
       const param = input.dataset.param;
       const text = input.value.trim();
       if (param === "ids") {
-        preset.ids = text === "" ? documentIds(tokens) : text.split(/[\s,]+/).map(Number);
-      } else if (text !== "") {
-        preset[param] = Number(text);
+        if (text === "") {
+          preset.ids = documentIds(tokens);
+          continue;
+        }
+        const ids = text.split(/[\s,]+/).filter((t) => t !== "").map(Number);
+        if (!ids.every((x) => Number.isInteger(x) && x >= 0)) {
+          return { problem: "documents · ids: type whole numbers of at least 0, one per token " +
+            "(e.g. 0 0 0 1 1), or leave it empty for a new document after each “.”." };
+        }
+        if (ids.length !== tokens.length) {
+          return { problem: `documents · ids: give one id per token — there are ` +
+            `${plural(tokens.length, "token")} and ${plural(ids.length, "id")}.` };
+        }
+        preset.ids = ids;
+      } else if (text !== "" || (input.validity && input.validity.badInput)) {
+        const [said, limits] = PARAMS[param];
+        const read = readNumber(input, said, limits);
+        if (read.problem) return { problem: read.problem };
+        preset[param] = read.value;
       }
     }
     presets.push(preset);
   }
-  return presets;
+  return { presets };
 }
 
 function writePresetControls() {
@@ -72,7 +113,7 @@ function writePresetControls() {
   }
 }
 
-const SEED_PROBLEM = "seed: write a whole number ≥ 0";
+const SEED_PROBLEM = "seed: type a whole number of at least 0.";
 
 export function show() {
   if ($("#mask-seed").classList.contains("bad")) { // keeps its error until it is fixed
@@ -80,8 +121,17 @@ export function show() {
     return;
   }
   const n = tokenList().length;
+  if (n === 0) {
+    showError(name, new ApiError(0, "tokens: type at least one token (words separated by spaces)."));
+    return;
+  }
   state.overrides = state.overrides.filter((c) => c.i < n && c.j < n);
-  state.presets = readPresets();
+  const read = readPresets();
+  if (read.problem) {
+    showError(name, new ApiError(0, read.problem));
+    return;
+  }
+  state.presets = read.presets;
   writeURL();
   channel.send({ tokens: tokenList(), mask: { presets: state.presets,
     overrides: state.overrides }, seed: state.seed, uniform: state.uniform });
@@ -122,9 +172,11 @@ function render(data) {
       "data-value": data.row_sums[i] }, empty ? "0 (no key)" : fmt(data.row_sums[i], 2)));
     table.append(tr);
   });
-  const notes = data.fully_masked_rows.length
-    ? `rows ${data.fully_masked_rows.join(", ")} have no allowed key: weights 0 and output 0, not NaN.`
-    : "every row has at least one allowed key and sums to 1.";
+  const empty = data.fully_masked_rows;
+  const notes = empty.length
+    ? `${empty.length === 1 ? `Row ${empty[0]} has` : `Rows ${empty.join(", ")} have`} no allowed ` +
+      "key: weights 0 and output 0, not NaN."
+    : "Every row has at least one allowed key and sums to 1.";
   $("#mask-grid").replaceChildren(scrollBox([table], "the mask grid"), legend("mask-legend"),
     el("p", { cls: "note", "data-testid": "mask-note" }, notes));
   if (refocusCell) {

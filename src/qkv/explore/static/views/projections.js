@@ -8,6 +8,7 @@ import { ApiError, Channel } from "../core/api.js";
 import { announce, el, fmt, scrollBox, svg, svgPoint } from "../core/dom.js";
 import { showError } from "../core/errors.js";
 import { fanOut } from "../core/fan.js";
+import { placeLabels, spotsAround } from "../core/labels.js";
 import { heat, legend, paint } from "../core/legend.js";
 import { defineState, state, writeURL } from "../core/state.js";
 import { matrixTable } from "../core/table.js";
@@ -28,6 +29,9 @@ export const READS = {
     "lookups.top", "lookups.self_count", "lookups.next_count", "lookups.previous_count",
     "lookups.tied", "lookups.keys_used"],
 };
+
+// the controls by the request fields they fill, so a server's complaint names the control
+export const LABELS = { w_q: "W_Q", w_k: "W_K", w_v: "W_V", x: "the shape", query: "query point" };
 
 let root;
 const $ = (sel) => root.querySelector(sel);
@@ -52,6 +56,8 @@ const PRESETS = {
 const PRESETS_1 = { "x only": [[1], [0]], "y only": [[0], [1]], "x + y": [[0.5], [0.5]],
   "x − y": [[1], [-1]] };
 const PLANE = { size: 220, range: 2.5 };
+const PT_FONT = 13; // .pt-label in style.css: ≥ 11 CSS px when two planes share a phone's row
+const KNOB_FONT = 13; // .knob-name
 const MATS = [["w_q", "W_Q", "Q", "query"], ["w_k", "W_K", "K", "key"], ["w_v", "W_V", "V", "value"]];
 const STEP_NAMES = ["turn", "stretch", "turn"];
 // the view's own state beyond state.proj: the selected query, d_k, the 2 × 1 W_Q and W_K
@@ -139,11 +145,14 @@ function shapePlane(title, pts, kind, opts = {}) {
   }
   plane.append(svg("path", { d, cls: `shape ${kind}` }));
   const sel = query();
-  const stacked = {}; // on a line many points share a number: their labels stack upwards
+  // W's knobs first: the point labels are placed around them, never under them
+  const tips = basis && basis.knobs
+    ? basis.m.map((row) => toPx(row[0], row.length > 1 ? row[1] : 0)) : [];
+  const offsets = fanOut(tips);
+  const knobs = tips.map(([x, y], r) => ({ x: x + offsets[r][0], y: y + offsets[r][1], r: 10 }));
+  const labels = [];
   pts.forEach((p, i) => {
     const [x, y] = toPx(...p);
-    const at = line ? `${x.toFixed(0)}` : `${x.toFixed(0)},${y.toFixed(0)}`;
-    const above = (stacked[at] = (stacked[at] ?? -1) + 1);
     const dot = svg("circle", { cx: x, cy: y, r: weights ? 5 : 3.5,
       cls: `pt ${kind}${i === sel && !weights ? " sel" : ""}${weights ? " weighted" : ""}`,
       "data-i": i });
@@ -155,27 +164,24 @@ function shapePlane(title, pts, kind, opts = {}) {
       dot.append(tip);
     }
     plane.append(dot);
-    const label = svg("text", { x: x + 5, y: y - 5 - 10 * above, cls: "pt-label" });
-    label.textContent = String(i);
-    plane.append(label);
+    // outward from the origin first (the shape's inside is crowded), then all round
+    const spots = spotsAround(x, y, 9, PT_FONT);
+    const a = Math.atan2(-(y - cy), x - cx);
+    const k = Math.round(((a < 0 ? a + 2 * Math.PI : a) / (Math.PI / 4))) % 8;
+    labels.push({ spots: [...spots.slice(k, 8), ...spots.slice(0, k), ...spots.slice(8)],
+      text: String(i), font: PT_FONT, cls: "pt-label", attrs: { "data-testid": `pt-label-${title}-${i}` } });
   });
   if (pts.some(beyond) || (out && beyond(out)) || (basis && basis.m.some(beyond))) {
     const note = svg("text", { x: 4, y: PLANE.size - 5, cls: "edge-note",
       "data-testid": `proj-edge-${title}` });
-    note.textContent = `points beyond ±${PLANE.range} drawn on the edge`;
+    note.textContent = `beyond ±${PLANE.range}: on the edge`;
     plane.append(note);
   }
-  if (out) {
-    const [x, y] = toPx(...out);
-    plane.append(svg("path", { d: `M ${x} ${y - 7} L ${x + 7} ${y} L ${x} ${y + 7} L ${x - 7} ${y} Z`,
-      cls: "out-mark", "data-testid": "proj-out-mark" }));
-    const label = svg("text", { x: x + 9, y: y + 14, cls: "out-label" });
-    label.textContent = `out${sel}`;
-    plane.append(label);
-  }
+  // the labels in order of importance, none over a knob or another label: the knobs' names
+  // (inside their buttons), out, then the points
+  const first = [];
+  const groups = [];
   if (basis && basis.knobs) {
-    const tips = basis.m.map((row) => toPx(row[0], row.length > 1 ? row[1] : 0));
-    const offsets = fanOut(tips);
     basis.m.forEach((row, r) => {
       const [x, y] = tips[r];
       const [dx, dy] = offsets[r];
@@ -185,12 +191,22 @@ function shapePlane(title, pts, kind, opts = {}) {
         "aria-label": `${basis.label} row ${r} (the image of e${r}) at (${row.map((z) => fmt(z, 2)).join(", ")}): drag or use the arrow keys` });
       if (dx || dy) g.append(svg("line", { x1: x, y1: y, x2: x + dx, y2: y + dy, cls: "tether" }));
       g.append(svg("circle", { cx: x + dx, cy: y + dy, r: 8, cls: `handle-knob b${r}` }));
-      const label = svg("text", { x: x + dx + 9, y: y + dy + 4, cls: "knob-name" });
-      label.textContent = `e${r}`;
-      g.append(label);
-      plane.append(g);
+      first.push({ spots: spotsAround(x + dx, y + dy, 11, KNOB_FONT), text: `e${r}`,
+        font: KNOB_FONT, cls: "knob-name" }); // beside its button, not in it: the knob's box
+      // stays the circle (a drag starts from its middle)
+      groups.push(g);
     });
   }
+  if (out) {
+    const [x, y] = toPx(...out);
+    plane.append(svg("path", { d: `M ${x} ${y - 7} L ${x + 7} ${y} L ${x} ${y + 7} L ${x - 7} ${y} Z`,
+      cls: "out-mark", "data-testid": "proj-out-mark" }));
+    first.push({ spots: spotsAround(x, y, 11, PT_FONT).slice(7).concat(spotsAround(x, y, 11, PT_FONT)),
+      text: `out${sel}`, font: PT_FONT, cls: "out-label", attrs: { "data-testid": "proj-out-label" } });
+  }
+  placeLabels(plane, [...first, ...labels], { knobs: knobs.map((c) => ({ ...c, r: c.r + 2 })),
+    bounds: { x0: 0, y0: 0, x1: PLANE.size, y1: PLANE.size } });
+  plane.append(...groups); // the knobs on top of everything
   return el("figure", { cls: "proj-fig" }, [plane, el("div", { cls: "plane-title" },
     title === "X" ? "X (the input)" : `${title} = X ${basis.label}` + (line ? " (a line)" : ""))]);
 }
@@ -277,7 +293,8 @@ function renderEditors() {
         const v = Number(input.value);
         if (!Number.isFinite(v) || input.value.trim() === "") {
           input.classList.add("bad");
-          showError(name, new ApiError(0, `${label}[${r}][${c}]: “${input.value}” is not a number`));
+          showError(name, new ApiError(0, `${label} row ${r}, column ${c}: “${input.value}” is ` +
+            "not a number — type one, e.g. 0.5"));
           return;
         }
         matrix(key)[r][c] = v;

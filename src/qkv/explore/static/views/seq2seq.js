@@ -12,11 +12,14 @@ export const READS = {
   "/api/seq2seq": ["input", "expected", "trained_lengths", "attention.output",
     "attention.weights", "attention.correct", "attention.length", "fixed.output",
     "fixed.correct", "fixed.length"],
-  "/api/seq2seq/curves": ["per_bucket", "trained_lengths", "d_hidden", "long_example",
+  "/api/seq2seq/curves": ["per_bucket", "run", "trained_lengths", "d_hidden", "long_example",
     "models.attention.lengths", "models.attention.token_accuracy",
     "models.attention.exact_match", "models.fixed.lengths", "models.fixed.token_accuracy",
     "models.fixed.exact_match"],
 };
+
+// the controls by the request fields they fill, so a server's complaint names the control
+export const LABELS = { input: "input" };
 
 let root;
 const $ = (sel) => root.querySelector(sel);
@@ -32,16 +35,21 @@ export function show() {
   if (!curves) curvesChannel.send({});
 }
 
-/** Decoder steps down, encoder positions across: one model's weights over the input. */
+/** Decoder steps down, encoder positions across: one model's weights over the input. The cells
+ * fit the view's width when they can (12 to 22 px); a longer input scrolls sideways inside a
+ * labelled region the keyboard reaches, with the decoder steps' labels pinned on its left. */
 function crossMap(kind, r, input) {
   const n = r.weights.length;
-  const cell = Math.max(14, Math.min(22, Math.floor(440 / n))); // labels stay legible; scrolls
   const m = 24;
-  const map = svg("svg", { width: m + n * cell + 4, height: m + n * cell + 4, cls: "heatmap",
+  const room = Math.min(root.clientWidth || 640, 700) - m - 12;
+  const cell = Math.max(12, Math.min(22, Math.floor(room / Math.max(n, 1))));
+  const height = m + n * cell + 4;
+  const rows = svg("svg", { width: m, height, cls: "heatmap pinned-rows", "aria-hidden": "true" });
+  const map = svg("svg", { width: n * cell + 4, height, cls: "heatmap",
     "data-testid": `${kind}-map`, role: "img",
     "aria-label": `${kind}: decoder steps down, encoder positions across` });
   r.weights.forEach((row, t) => row.forEach((w, j) => {
-    const rect = svg("rect", { x: m + j * cell, y: m + t * cell, width: cell, height: cell,
+    const rect = svg("rect", { x: j * cell, y: m + t * cell, width: cell, height: cell,
       cls: "hcell", "data-testid": `${kind}-w-${t}-${j}`, "data-value": w });
     rect.style.fill = heat(w);
     const tip = svg("title");
@@ -50,16 +58,18 @@ function crossMap(kind, r, input) {
     map.append(rect);
   }));
   [...input].forEach((c, j) => {
-    const tx = svg("text", { x: m + j * cell + cell / 2, y: m - 6, "text-anchor": "middle", cls: "tok-label" });
+    const tx = svg("text", { x: j * cell + cell / 2, y: m - 6, "text-anchor": "middle", cls: "tok-label" });
     tx.textContent = c;
     map.append(tx);
   });
   [...r.output].forEach((c, t) => {
     const tx = svg("text", { x: m - 6, y: m + t * cell + cell * 0.75, "text-anchor": "end", cls: "tok-label" });
     tx.textContent = c;
-    map.append(tx);
+    rows.append(tx);
   });
-  return map;
+  return el("div", { cls: "pinned-map" }, [rows,
+    scrollBox([map], `${kind} weights: ${n} decoder steps × ${input.length} input positions` +
+      (n * cell + 4 > room + m ? ", scroll sideways for the rest" : ""))]);
 }
 
 function render(data) {
@@ -71,7 +81,7 @@ function render(data) {
       el("h4", {}, title),
       el("p", {}, ["output: ", el("code", { "data-testid": `${kind}-output` }, letters),
         ` — ${r.correct} of ${r.length} right`]),
-      scrollBox([crossMap(kind, r, data.input)], `${kind} weights`),
+      crossMap(kind, r, data.input),
       legend("seq2seq-legend"),
     ]);
   };
@@ -136,14 +146,16 @@ function fixedSide(data) {
 
 function contextDiagram(input, nOut, dh) {
   const n = input.length;
-  const cell = 14;
+  // drawn 1:1 (its text stays at its CSS size): the letters' pitch fits the view's width when
+  // it can (8 to 14 px), else the diagram scrolls sideways in its labelled region
+  const room = Math.min(root.clientWidth || 640, 700) - 40;
+  const cell = Math.max(8, Math.min(14, Math.floor(room / Math.max(n, 1))));
   const W = Math.max(240, 24 + n * cell + 8);
   const H = 128;
   const boxW = 180;
-  const map = svg("svg", { viewBox: `0 0 ${W} ${H}`, cls: "chart context-diagram",
+  const map = svg("svg", { viewBox: `0 0 ${W} ${H}`, width: W, height: H, cls: "context-diagram",
     "data-testid": "fixed-context", role: "img", "aria-label": `fixed model: all ${n} input ` +
       `symbols pass through the encoder into one vector (${dh}); every output step reads it` });
-  map.style.maxWidth = `${W}px`;
   [...input].forEach((c, j) => {
     const x = 24 + j * cell + cell / 2;
     const tx = svg("text", { x, y: 14, "text-anchor": "middle", cls: "tok-label" });
@@ -157,7 +169,7 @@ function contextDiagram(input, nOut, dh) {
   const out = svg("text", { x: W / 2, y: 120, "text-anchor": "middle", cls: "chart-text" });
   out.textContent = `read by each of the ${nOut} output steps`;
   map.append(label, out);
-  return map;
+  return scrollBox([map], `the fixed context vector: ${n} input symbols into one vector`);
 }
 
 /** Accuracy by input length of both models on the held-out set, the current input marked. */
@@ -170,7 +182,7 @@ function renderCurves(c) {
   const mid = (b) => (b.lengths[0] + b.lengths[1]) / 2;
   const marks = shown ? [{ x: shown.input.length, label: `this input: ${shown.input.length}` }] : [];
   const chart = lineChart({ testid: "seq2seq-curve", label: `token accuracy by input length, ` +
-      `both models, ${c.per_bucket} held-out inputs per length bucket`,
+      `both models, ${c.per_bucket.toLocaleString("en-US")} held-out inputs per length bucket`,
     x: { label: "input length (symbols)", domain: [0, c.trained_lengths[1] + 4],
       ticks: [0, ...c.models.attention.map((b) => b.lengths[1])], format: String },
     y: { label: "token accuracy", domain: [0, 1], ticks: [0, 0.25, 0.5, 0.75, 1],
@@ -193,7 +205,7 @@ function renderCurves(c) {
   const firstB = (kind) => c.models[kind][0];
   const lastB = (kind) => c.models[kind][c.models[kind].length - 1];
   const drop = (kind) => firstB(kind).token_accuracy - lastB(kind).token_accuracy;
-  const words = `On ${c.per_bucket} held-out inputs per bucket: from ${firstB("fixed").lengths[0]}–` +
+  const words = `On ${c.per_bucket.toLocaleString("en-US")} held-out inputs per bucket (${c.run}): from ${firstB("fixed").lengths[0]}–` +
     `${firstB("fixed").lengths[1]} to ${lastB("fixed").lengths[0]}–${lastB("fixed").lengths[1]} ` +
     `symbols the fixed context vector's token accuracy goes from ` +
     `${fmt(firstB("fixed").token_accuracy, 3)} to ${fmt(lastB("fixed").token_accuracy, 3)} ` +

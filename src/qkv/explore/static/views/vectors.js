@@ -6,14 +6,20 @@ import { announce, el, fmt, parseVector, svg, svgPoint } from "../core/dom.js";
 import { showError } from "../core/errors.js";
 import { legend } from "../core/legend.js";
 import { fanOut } from "../core/fan.js";
+import { placeLabels, spotsAround } from "../core/labels.js";
 import { SEED_EXAMPLE, state, writeURL } from "../core/state.js";
 import { matrixTable } from "../core/table.js";
 
 export const name = "vectors";
 export const READS = {
-  "/api/trace": ["trace.scores", "trace.scaled", "trace.weights", "trace.output",
+  "/api/trace": ["trace.q", "trace.k", "trace.v", "trace.scores", "trace.scaled", "trace.weights", "trace.output",
     "trace.allowed", "trace.scale", "row_sums", "d_k", "exp.exp", "exp.sum", "exp.shifted",
     "seed.exp_rounded", "seed.sum", "seed.weights_rounded", "seed.output"],
+};
+// the controls by the request fields they fill, so a server's complaint names the control
+export const LABELS = {
+  "queries[i]": (m) => `q${m[1]}`, "keys[i]": (m) => `k${m[1]}`, "values[i]": (m) => `v${m[1]}`,
+  "queries": "queries", "keys": "keys", "values": "values", "scale": "scale",
 };
 
 let root;
@@ -70,39 +76,43 @@ function arrowLine(kind, index, vec) {
   return g;
 }
 
-/** Labels placed greedily, each beside its arrow tip: the first spot that overlaps no label
- * placed before, trying its own side first, then the other side, a line lower or higher, …
- * (so a label never drifts far from its tip: at most 3 lines away). */
-function placeLabels(plane, labels) {
-  const boxes = [];
-  const overlaps = (b) => boxes.some((o) => b.x0 < o.x1 && o.x0 < b.x1 && b.y0 < o.y1 && o.y0 < b.y1);
-  for (const { x, y, tip, anchor, text, kind, testid } of labels) {
-    const width = 7.4 * text.length + 4;
-    const box = (spot) => {
-      const x0 = spot.anchor === "end" ? spot.x - width : spot.x;
-      return { x0, x1: x0 + width, y0: spot.y - 12, y1: spot.y + 3 };
-    };
-    const flipped = { x: 2 * tip[0] - x, anchor: anchor === "end" ? "start" : "end" };
-    const spots = [];
-    for (const dy of [0, 15, -15, 30, -30, 45, -45]) {
-      spots.push({ x, y: y + dy, anchor }, { ...flipped, y: y + dy });
-    }
-    const spot = spots.find((c) => !overlaps(box(c))) || spots[0];
-    boxes.push(box(spot));
-    const node = svg("text", { x: spot.x, y: spot.y, cls: `label ${kind}`,
-      "text-anchor": spot.anchor, "data-testid": testid, "data-tip": tip.join(",") });
-    node.textContent = text;
-    plane.append(node);
+const LABEL_FONT = 14; // #plane .label in style.css: ≥ 11 CSS px once a phone shrinks the plane
+const KNOB = { plain: 10, fanned: 11 }; // knob radii (px of the plane)
+const MANY = 4; // more tokens than this: only q0's row is labelled (the rest are in the tables)
+
+/** Spots for a label beside its arrow tip: its own side first, then the other side, a line
+ * lower or higher, … (at most 3 lines away), then all round the tip. */
+function labelSpots({ x, y, tip, anchor }) {
+  const flipped = { x: 2 * tip[0] - x, anchor: anchor === "end" ? "start" : "end" };
+  const spots = [];
+  for (const dy of [0, 16, -16, 32, -32, 48, -48]) {
+    spots.push({ x, y: y + dy, anchor }, { ...flipped, y: y + dy });
   }
+  // then further round the tip: either side of it, up to four lines up or down
+  for (const dy of [0, -16, 16, -32, 32, -48, 48, -64, 64]) {
+    spots.push({ x: tip[0] - 14, y: tip[1] + dy + 5, anchor: "end" },
+      { x: tip[0] + 14, y: tip[1] + dy + 5, anchor: "start" });
+  }
+  return [...spots, ...spotsAround(tip[0], tip[1], 18, LABEL_FONT)];
 }
 
 /** Draggable handles for the arrow heads. Heads at (nearly) the same point fan out around
  * it (core/fan.js), each a visible knob with its name, so every vector stays reachable (q0 and
  * k0 both start at (1, 0) in the seeds' example). Each is a button for the keyboard: arrows
  * move it. */
+function knobsOf(items) {
+  const tips = items.map((item) => toPx(item.vec[0], item.vec.length > 1 ? item.vec[1] : 0));
+  const offsets = fanOut(tips, 16, 24);
+  return items.map((item, n) => {
+    const [dx, dy] = offsets[n];
+    const fanned = dx !== 0 || dy !== 0;
+    return { x: tips[n][0] + dx, y: tips[n][1] + dy, r: (fanned ? KNOB.fanned : KNOB.plain) + 2 };
+  });
+}
+
 function placeHandles(plane, items) {
   const tips = items.map((item) => toPx(item.vec[0], item.vec.length > 1 ? item.vec[1] : 0));
-  const offsets = fanOut(tips);
+  const offsets = fanOut(tips, 16, 24);
   items.forEach((item, n) => {
     const [x, y] = tips[n];
     const [dx, dy] = offsets[n];
@@ -117,10 +127,10 @@ function placeHandles(plane, items) {
     });
     // a tether joins a fanned knob to its true tip
     if (fanned) g.append(svg("line", { x1: x, y1: y, x2: x + dx, y2: y + dy, cls: "tether" }));
-    g.append(svg("circle", { cx: x + dx, cy: y + dy, r: fanned ? 8 : 10,
+    g.append(svg("circle", { cx: x + dx, cy: y + dy, r: fanned ? KNOB.fanned : KNOB.plain,
       cls: `handle ${item.kind}`, "data-kind": item.kind, "data-index": item.index }));
     if (fanned) {
-      const t = svg("text", { x: x + dx, y: y + dy + 3.5, cls: "knob-label", "text-anchor": "middle" });
+      const t = svg("text", { x: x + dx, y: y + dy + 4.5, cls: "knob-label", "text-anchor": "middle" });
       t.textContent = label;
       g.append(t);
     }
@@ -157,16 +167,24 @@ function renderPlane() {
     && trace.weights[0].length === state.k.length ? trace.weights : null;
   const labels = [];
   const handles = [];
+  // with many tokens only q0's lookup is labelled: q0, each key with q0's weight on it, out0
+  // (the other queries, values and outputs are drawn, and named in the tables below)
+  const many = Math.max(state.q.length, state.k.length) > MANY;
   const label = (kind, index, vec, text) => {
+    if (many && kind !== "key" && index !== selected) return;
+    if (many && kind === "value") return;
     const [x2, y2] = toPx(vec[0], vec.length > 1 ? vec[1] : 0);
     const [dx, dy, anchor] = LABEL_OFFSETS[kind];
-    labels.push({ x: x2 + dx, y: y2 + dy, tip: [x2, y2], anchor, text, kind,
-      testid: `label-${kind}-${index}` });
+    labels.push({ spots: labelSpots({ x: x2 + dx, y: y2 + dy, tip: [x2, y2], anchor }), text,
+      font: LABEL_FONT, cls: `label ${kind}`,
+      attrs: { "data-testid": `label-${kind}-${index}`, "data-tip": `${x2},${y2}` } });
   };
   // labels are placed in order of importance: queries, keys, outputs, values
   state.q.forEach((q, i) => label("query", i, q, `q${i}`));
   state.k.forEach((k, j) => {
-    const w = weights ? `  w=${fmt(weights[selected][j], 3)}` : "";
+    // with many keys the weight is shorter (2 decimals, no "w="): the ring has little room
+    const w = !weights ? "" : many ? ` ${fmt(weights[selected][j], 2)}`
+      : ` w=${fmt(weights[selected][j], 3)}`;
     label("key", j, k, `k${j}${w}`);
   });
   if ($("#show-outputs").checked && trace && weights) {
@@ -190,8 +208,13 @@ function renderPlane() {
     plane.append(arrowLine("query", i, q));
     handles.push({ kind: "query", index: i, vec: q });
   });
-  placeLabels(plane, labels);
+  placeLabels(plane, labels, { knobs: knobsOf(handles),
+    bounds: { x0: 0, y0: 0, x1: PLANE.size, y1: PLANE.size } });
   placeHandles(plane, handles);
+  $("#plane-said").textContent = many
+    ? `${state.q.length} queries, ${state.k.length} keys: labelled are q0, q0's weight on each ` +
+      "key and out0; every other number is in the tables below."
+    : "";
   if (refocus) {
     const again = $(`#plane [data-testid="${refocus}"]`);
     if (again) again.focus();
@@ -302,6 +325,7 @@ function renderSteps(data) {
     legend("vectors-legend"),
   );
   renderTask(t);
+  renderLibrarian(t);
   if (pendingCheck && t.weights.length === state.q.length) finishCheck(t);
   else if (checkShown) { // the inputs changed since the check: its words no longer apply
     $('[data-testid="check-shape"]').textContent = "";
@@ -340,6 +364,66 @@ function outputNote(data) {
   return `${said}. qkv's (${exact}) comes from the exact weights; the seed's worked example 2 ` +
     `blends the rounded weights (${seed.weights_rounded.map((x) => fmt(x, 3)).join(", ")}) ` +
     `and gets (${hand}).`;
+}
+
+// -- the librarian (seed 000's analogy), said from q0's numbers ------------------------------
+const vecText = (v, digits = 2) => `(${v.map((z) => fmt(z, digits)).join(", ")})`;
+const SHELF = 5; // more books than this: the tags and shares are listed in the tables only
+const SOFT = 0.05; // a book with at least this share counts as "still contributing"
+
+/** Seed 000's library search, one sentence per step, each written from q0's row of the trace:
+ * the query is what you look for, the keys are the catalogue tags, the scaled scores are the
+ * relevance, the weights the shares, and the output the blend of the values you walk away with. */
+function librarian(t) {
+  const q = t.q[0];
+  const n = t.k.length;
+  const w = t.weights[0];
+  const s = t.scaled[0];
+  const book = (j) => `book ${j}`;
+  const Book = (j) => `Book ${j}`;
+  const order = w.map((x, j) => j).sort((a, b) => w[b] - w[a] || a - b);
+  const [best] = order;
+  const lines = [`You arrive with a query, what you are looking for: q0 = ${vecText(q)}.`];
+  lines.push(n <= SHELF
+    ? `Each book on the shelf has a catalogue tag, its key: ${t.k.map((k, j) => `k${j} = ${vecText(k)}`).join(", ")}.`
+    : `Each of the ${n} books on the shelf has a catalogue tag, its key (k0 … k${n - 1} in the tables).`);
+  if (n === 1) {
+    lines.push(`There is one book: its relevance score is ${fmt(s[0], 3)}, and softmax gives it ` +
+      `the whole weight, 1 — whatever you ask, you walk away with its contents, v0 = ` +
+      `${vecText(t.v[0])}.`);
+    return lines;
+  }
+  const scoreList = n <= SHELF ? `: ${s.map((x) => fmt(x, 3)).join(", ")}` : "";
+  const equal = s.every((x) => x === s[0]);
+  if (equal) {
+    lines.push(`Comparing your query with each tag (q0 · k_j × ${fmt(t.scale, 3)}) gives every ` +
+      `book the same relevance score, ${fmt(s[0], 3)}: no tag matches better than another.`);
+    lines.push(`So softmax gives each of the ${n} books the same share, 1/${n} = ${fmt(w[0], 3)}, ` +
+      `and you walk away with the plain average of their contents: out0 = ${vecText(t.output[0], 3)}.`);
+    return lines;
+  }
+  lines.push(`Comparing your query with each tag (q0 · k_j × ${fmt(t.scale, 3)}) gives a ` +
+    `relevance score per book${scoreList}; ${book(best)}'s tag matches best ` +
+    `(${fmt(s[best], 3)}), ${book(order[n - 1])}'s least (${fmt(s[order[n - 1]], 3)}).`);
+  const second = order[1];
+  const soft = w[second] >= SOFT
+    ? `${Book(best)} gets the most, ${fmt(w[best], 3)}, but ${book(second)} still gets ` +
+      `${fmt(w[second], 3)}: a soft, graded lookup, not a pick of one book.`
+    : `${Book(best)} gets ${fmt(w[best], 3)} and the rest share ${fmt(1 - w[best], 3)}: this ` +
+      "lookup is nearly a hard pick of one book.";
+  lines.push(`Softmax turns the scores into shares that sum to 1` +
+    (n <= SHELF ? ` (${w.map((x) => fmt(x, 3)).join(", ")})` : "") + `. ${soft}`);
+  const blend = n <= SHELF ? w.map((x, j) => `${fmt(x, 3)}·v${j}`).join(" + ") + " = "
+    : `Σ_j w_j·v_j = `;
+  lines.push(`You don't walk away with the tags: you walk away with a blend of the books' ` +
+    `contents, the values — out0 = ${blend}${vecText(t.output[0], 3)}.`);
+  return lines;
+}
+
+function renderLibrarian(t) {
+  $("#librarian").replaceChildren(
+    el("h3", {}, "The librarian's search (seed 000's analogy), for q0"),
+    ...librarian(t).map((line, i) => el("p", { "data-testid": `librarian-${i}` }, line)));
 }
 
 // -- the guided task and the check -------------------------------------------------------------
@@ -384,13 +468,13 @@ function checkShape() {
     return;
   }
   pendingCheck = [Number(found[1]), Number(found[2])];
-  // 10 tokens around the unit circle; each token's query, key and value is its point
-  const points = Array.from({ length: CHECK_TOKENS }, (_, i) => {
-    const a = (2 * Math.PI * i) / CHECK_TOKENS;
-    return [Math.round(Math.cos(a) * 100) / 100, Math.round(Math.sin(a) * 100) / 100];
+  // 10 tokens around a circle: token i's key at radius 2, its query at radius 1 on the same
+  // ray, its value at radius 1.5 half a step round — three rings, so no two heads coincide
+  const ring = (radius, turn) => Array.from({ length: CHECK_TOKENS }, (_, i) => {
+    const a = (2 * Math.PI * (i + turn)) / CHECK_TOKENS;
+    return [Math.round(radius * Math.cos(a) * 100) / 100, Math.round(radius * Math.sin(a) * 100) / 100];
   });
-  Object.assign(state, { q: structuredClone(points), k: structuredClone(points),
-    v: structuredClone(points), scale: "" });
+  Object.assign(state, { q: ring(1, 0), k: ring(2, 0), v: ring(1.5, 0.5), scale: "" });
   $("#scale-input").value = "";
   box.textContent = "building 10 tokens…";
   changed();
