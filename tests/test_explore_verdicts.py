@@ -41,7 +41,6 @@ WAIT_MS = int(os.environ.get("QKV_TEST_WAIT_MS", 180_000))
 VIEWS = ["projections", "vectors", "scale", "masks", "mistakes", "cost", "seq2seq", "farback",
          "model", "gpt"]
 # views other helpers are fixing on their branches: the integrator removes these marks
-NOT_MINE = {("model", 390): "fixed on branch gptheads"}
 SHOWN = {"projections", "vectors", "scale", "masks", "mistakes", "seq2seq"}  # screenshots
 
 
@@ -693,13 +692,11 @@ def test_view_7_says_which_run_its_accuracy_comes_from(desk, s2s_models):
 # -- legibility: every view, both widths ---------------------------------------------------------
 @pytest.mark.parametrize("width", [DESKTOP["width"], PHONE["width"]])
 @pytest.mark.parametrize("view", VIEWS)
-def test_every_view_is_legible(browser, server_url, view, width, request):  # noqa: F811
+def test_every_view_is_legible(browser, server_url, view, width):  # noqa: F811
     """No text under 11 CSS px (SVG text after its scaling), nothing opening scrolled sideways,
     no knob over a label — at 1400 and 390 px. Before: view 1's point labels were ~7 px at 390
     with knobs over labels 0 and 2; view 7's map scrolled without pinned labels, its chart ticks
     ~10 px."""
-    if (view, width) in NOT_MINE:
-        request.applymarker(pytest.mark.xfail(reason=NOT_MINE[(view, width)], strict=False))
     context, pg, outside, _ = _page(browser, server_url,
                                     {"width": width, "height": 900})
     pg.set_default_timeout(WAIT_MS)

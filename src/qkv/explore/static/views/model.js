@@ -126,8 +126,10 @@ function renderHeat() {
   const tokens = model.tokens;
   const n = tokens.length;
   const weights = model.weights[state.layer][state.head];
-  const cell = Math.max(8, Math.min(28, Math.floor(560 / n)));
   const margin = 90;
+  // cells fit the box when they can (a phone's 370 px); past 8 px a cell, the box scrolls
+  const room = Math.min(560 + margin, $("#heat").clientWidth || 560 + margin) - margin - 4;
+  const cell = Math.max(8, Math.min(28, Math.floor(room / n)));
   const size = margin + n * cell;
   $("#heat-title").textContent = `layer ${state.layer}, head ${state.head}: ` +
     `${n} × ${n} weights, row = query token, column = key token`;
