@@ -175,7 +175,7 @@ def recall_answers(pairs: list[list[int]], asked: list[int]) -> dict:
     if missing is not None:
         raise InputError(f"asked: key {missing} is asked but no pair stores it")
     batch = mqar.encode(config, [tuple(p) for p in pairs], asked)
-    out = {}
+    out = []
     from qkv.engine.threads import single_threaded_blas
 
     with single_threaded_blas():
@@ -184,7 +184,7 @@ def recall_answers(pairs: list[list[int]], asked: list[int]) -> dict:
             rows = mqar.answers(model, batch)
             for r in rows:
                 r["correct"] = r["answer"] == r["expected"]
-            out[kind] = {"answers": rows, "correct": sum(r["correct"] for r in rows),
-                         "total": len(rows)}
+            out.append({"kind": kind, "n_state": config.n_state(kind), "answers": rows,
+                        "correct": sum(r["correct"] for r in rows), "total": len(rows)})
     return {"pairs": pairs, "asked": asked, "length": int(batch.tokens.shape[1]),
             "n_keys": config.n_keys, "n_values": config.n_values, "models": out}

@@ -412,7 +412,7 @@ function renderRecall(r) {
       `${plural(r.pairs.length, "pair", "pairs")}: each model's answer and its probability`),
     head, ...rows])], "each model's answers");
   const said = `On this sequence (${plural(r.pairs.length, "pair", "pairs")}, ${r.length} tokens): ` +
-    r.models.map((m) => `${kindLabel(m)} ${m.correct} of ${m.total} right`).join(", ") + ".";
+    r.models.map((m) => `${kindLabel(m)}: ${m.correct} of ${m.total} right`).join("; ") + ".";
   $("#recall-result").replaceChildren(el("p", { "data-testid": "recall-said" }, said), table);
   renderRecallTask(r);
   announce(said);
@@ -425,7 +425,8 @@ function renderRecallTask(r) {
   const small = r.models.find((m) => m.kind === "ssm-small");
   const done = att.correct === att.total && small.correct < small.total;
   const said = `with ${plural(r.pairs.length, "pair", "pairs")}, attention answers ` +
-    `${att.correct} of ${att.total} and the N = ${small.n_state} state ${small.correct} of ${small.total}`;
+    `${att.correct} of ${att.total} and the N = ${small.n_state} state-space model ` +
+    `${small.correct} of ${small.total}`;
   box.classList.toggle("done", done);
   box.textContent = done
     ? `✓ ${said[0].toUpperCase()}${said.slice(1)}: the pairs no longer fit in its state, ` +
