@@ -652,8 +652,8 @@ def run_mqar(args: argparse.Namespace) -> int:
     sizes = {k: mqar.MqarModel(config, k) for k in mqar.KINDS}
     console.print(f"multi-query associative recall: {config.n_keys} keys, {config.n_values} "
                   f"values; trained on lengths {', '.join(map(str, config.train_lengths))}, "
-                  f"1 to length/4 pairs (log-uniform); {config.steps} Adam steps of {config.batch} per model, "
-                  f"seed {config.seed}")
+                  f"1 to length/4 pairs (log-uniform); {config.steps} Adam steps of "
+                  f"{config.batch} per model, seed {config.seed}")
     console.print("parameters (all / the two mixers): " + ", ".join(
         f"{k} {m.num_params:,} / {m.mixer_params:,}" for k, m in sizes.items()))
     result, models = _train_with_progress(console, args, mqar, config, per_cell)
