@@ -171,8 +171,11 @@ def _add_mqar(sub) -> None:
     _add_outputs(p, "accuracy vs pairs, per sequence length")
     p.add_argument("--per-cell", type=int, default=None,
                    help="held-out sequences per (length, pairs) cell (default 100)")
+    p.add_argument("--kinds", default=None,
+                   help="comma-separated models to train (default all: attention,ssm-small,"
+                        "ssm-large)")
     p.add_argument("--save-dir", metavar="DIR",
-                   help="save the three models as DIR/mqar-{attention,ssm-small,ssm-large}"
+                   help="save the models as DIR/mqar-{attention,ssm-small,ssm-large}"
                         ".safetensors")
     p.set_defaults(train_run=run_mqar)
 
@@ -648,24 +651,35 @@ def run_mqar(args: argparse.Namespace) -> int:
                          "models have no attention weights); use --json and --plot")
     config = _experiment_config(args, "mqar", mqar.MqarConfig, QUICK_MQAR, {})
     per_cell = _count(args, "per_cell", "mqar", quick=20, full=100)
+    kinds = mqar.KINDS if args.kinds is None else tuple(
+        k.strip() for k in args.kinds.split(",") if k.strip())
+    unknown = [k for k in kinds if k not in mqar.KINDS]
+    if unknown or not kinds:
+        raise SystemExit(f"qkv train mqar: --kinds takes some of {', '.join(mqar.KINDS)}, got "
+                         f"{args.kinds!r}")
     console = Console()
-    sizes = {k: mqar.MqarModel(config, k) for k in mqar.KINDS}
+    sizes = {k: mqar.MqarModel(config, k) for k in kinds}
     console.print(f"multi-query associative recall: {config.n_keys} keys, {config.n_values} "
                   f"values; trained on lengths {', '.join(map(str, config.train_lengths))}, "
                   f"1 to length/4 pairs (log-uniform); {config.steps} Adam steps of "
                   f"{config.batch} per model, seed {config.seed}")
     console.print("parameters (all / the two mixers): " + ", ".join(
         f"{k} {m.num_params:,} / {m.mixer_params:,}" for k, m in sizes.items()))
-    result, models = _train_with_progress(console, args, mqar, config, per_cell)
+    progress = _experiment_progress(console, config.steps, args.no_progress)
+    with progress:
+        bars = {k: progress.add_task(k, total=config.steps, loss=float("nan")) for k in kinds}
+        result, models = mqar.experiment(
+            config, per_cell, kinds=kinds,
+            on_step=lambda k, step, loss: progress.update(bars[k], completed=step, loss=loss))
     table = Table(title=f"held-out accuracy at the asked keys ({per_cell} sequences per cell)")
     table.add_column("length")
     table.add_column("pairs", justify="right")
-    for kind in mqar.KINDS:
+    for kind in kinds:
         n = config.n_state(kind)
         table.add_column(kind if n is None else f"{kind}\nN = {n}", justify="right")
     for T, P in config.grid():
         table.add_row(str(T), str(P), *(f"{mqar.cell(result['models'][k], T, P)['accuracy']:.3f}"
-                                        for k in mqar.KINDS))
+                                        for k in kinds))
     console.print(table)
     _outputs(console, args, result, plots.mqar_plot, "mqar")
     _save_models(console, args, result, models, "mqar")

@@ -374,10 +374,13 @@ def evaluate(model: MqarModel, per_cell: int = 100, chunk: int = 50) -> list[dic
     return rows
 
 
-def experiment(config: MqarConfig, per_cell: int = 100, *, on_start=None, on_step=None,
-               on_done=None) -> tuple[dict, dict[str, MqarModel]]:
-    """Train the three models on the same batches and score them on the same held-out grid.
-    Returns ``(result, models)``; ``result`` is JSON-able."""
+def experiment(config: MqarConfig, per_cell: int = 100, *, kinds=KINDS, on_start=None,
+               on_step=None, on_done=None) -> tuple[dict, dict[str, MqarModel]]:
+    """Train the models of ``kinds`` (default all three) on the same batches and score them on
+    the same held-out grid. Returns ``(result, models)``; ``result`` is JSON-able."""
+    bad = [k for k in kinds if k not in KINDS]
+    if bad or not kinds:
+        raise ValueError(f"mqar.experiment: kinds must be some of {KINDS}, got {list(kinds)}")
 
     def score(model):
         return {"kind": model.kind, "n_state": config.n_state(model.kind),
@@ -386,7 +389,7 @@ def experiment(config: MqarConfig, per_cell: int = 100, *, on_start=None, on_ste
                                            config.d_model * config.n_state(model.kind)),
                 "cells": evaluate(model, per_cell)}
 
-    runs, models = train_each(KINDS, lambda kind: MqarModel(config, kind), train, score,
+    runs, models = train_each(kinds, lambda kind: MqarModel(config, kind), train, score,
                               on_start=on_start, on_step=on_step, on_done=on_done)
     return {"task": TASK, "config": config.to_dict(), "per_cell": per_cell,
             "models": runs}, models
