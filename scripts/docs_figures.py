@@ -436,7 +436,7 @@ def mqar_cells(o: Output) -> list[Cell]:
     return cells
 
 
-MQAR_COST = ("python -m qkv.tasks.scaling --methods 'qkv causal,selective scan' --max-n 16384 "
+MQAR_COST = ("python -m qkv.tasks.scaling --methods 'qkv causal,selective scan' "
              "--json out/mqar-cost.json --plot out/mqar-cost.png")
 
 
