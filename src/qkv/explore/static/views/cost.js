@@ -157,10 +157,8 @@ export function mount(section) {
   root = section;
   $("#growth-run").addEventListener("click", askGrowth);
   $("#recall-length").addEventListener("change", () => curves && renderCurves(curves));
-  $("#recall-new").addEventListener("click", () => {
-    recallSeed += 1;
-    recallChannel.send({ seed: recallSeed, n_pairs: Number($("#recall-n").value) });
-  });
+  $("#recall-new").addEventListener("click", askRandom);
+  $("#recall-n").addEventListener("change", askRandom);
   $("#recall-run").addEventListener("click", askEdited);
   $("#growth-max").addEventListener("change", askGrowth);
   $("#cost-n").addEventListener("input", () => {
@@ -383,6 +381,18 @@ function parseAsked(text) {
   return items.map(Number);
 }
 
+/** New random pairs, as many as the pairs field says (1 … the number of keys). */
+function askRandom() {
+  const n = Number($("#recall-n").value);
+  const most = Number($("#recall-n").max);
+  if (!Number.isInteger(n) || n < 1 || n > most) {
+    showError(name, new Error(`pairs: choose a whole number of pairs from 1 to ${most}`));
+    return;
+  }
+  recallSeed += 1;
+  recallChannel.send({ seed: recallSeed, n_pairs: n });
+}
+
 function askEdited() {
   try {
     recallChannel.send({ pairs: parsePairs($("#recall-pairs").value),
@@ -429,8 +439,8 @@ function renderRecallTask(r) {
     `${small.correct} of ${small.total}`;
   box.classList.toggle("done", done);
   box.textContent = done
-    ? `✓ ${said[0].toUpperCase()}${said.slice(1)}: the pairs no longer fit in its state, ` +
-      `and attention, which keeps them all, still finds each one.`
+    ? `✓ ${said[0].toUpperCase()}${said.slice(1)}: its fixed-size state lost a pair that ` +
+      `attention, which keeps every token, still finds.`
     : `Not yet: ${said}` + (att.correct < att.total
       ? "; attention must answer every question too." : "; add pairs until the small state misses one.");
 }
