@@ -176,3 +176,57 @@ def test_the_shipped_run_shows_what_it_claims_about_the_state(shipped):
         for T in trained:
             acc = [r["accuracy"] for r in data["models"][kind]["cells"] if r["length"] == T]
             assert acc[-1] < acc[0]  # more pairs than the state holds: recall falls
+
+
+# -- the command ----------------------------------------------------------------------------------
+def test_quick_cli_writes_json_plot_and_checkpoints(tmp_path, capsys):
+    import json
+
+    from qkv.cli import main
+
+    pytest.importorskip("matplotlib")
+    pytest.importorskip("safetensors")
+    out = tmp_path / "m.json"
+    assert main(["train", "mqar", "--quick", "--no-progress", "--json", str(out), "--plot",
+                 str(tmp_path / "m.png"), "--save-dir", str(tmp_path)]) == 0
+    result = json.loads(out.read_text())
+    assert list(result["models"]) == list(mqar.KINDS)
+    config = mqar.MqarConfig(**result["config"])
+    for kind in mqar.KINDS:
+        model = mqar.MqarModel.load(tmp_path / f"mqar-{kind}.safetensors")
+        assert model.metrics == result["models"][kind]
+        cells = result["models"][kind]["cells"]
+        assert [(c["length"], c["pairs"]) for c in cells] == config.grid()
+    assert (tmp_path / "m.png").stat().st_size > 0
+    assert "held-out accuracy at the asked keys" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--kinds", "lstm"], "--kinds takes some of attention, ssm-small, ssm-large"),
+    (["--steps", "0"], "steps must be a positive int, got 0"),
+    (["--per-cell", "0"], "--per-cell must be ≥ 1"),
+    (["--heatmap", "x.svg"], "--heatmap is not drawn for this task"),
+])
+def test_bad_arguments_are_one_clear_line(argv, message):
+    import re
+
+    from qkv.cli import main
+
+    with pytest.raises(SystemExit, match=re.escape(message)):
+        main(["train", "mqar", "--quick", *argv])
+
+
+def test_scaling_measures_the_selective_scan_on_request(tmp_path):
+    import json
+
+    from qkv.tasks import scaling
+
+    out = tmp_path / "sc.json"
+    assert scaling.main(["--quick", "--max-n", "1024", "--methods", "selective scan",
+                         "--json", str(out)]) == 0
+    series = json.loads(out.read_text())["methods"]["selective scan"]
+    assert [p["n"] for p in series["points"]] == [256, 512, 1024]
+    # one block of 256 steps' states at a time: the peak barely grows with n (the output does)
+    peaks = [p["peak_bytes"] for p in series["points"]]
+    assert peaks[-1] < 1.5 * peaks[0]
+    assert "selective scan" not in scaling.METHODS  # not part of the default (shipped) run
