@@ -119,7 +119,7 @@ def test_cost_view_shows_what_the_n2_buys_as_the_library_computes_it(desk):
     assert_recall_task(desk)
     assert "done" not in desk.get_by_test_id("task-recall").get_attribute("class").split()
     check_everywhere(desk)
-    shot(desk, "cost.png")
+    shot(desk, "cost-buys.png")
     # more pairs, until the task is done (the oracle says which count does it first)
     for n in (2, 4, 8, 16, 32):
         desk.get_by_test_id("recall-n").fill(str(n))
