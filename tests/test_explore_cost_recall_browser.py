@@ -100,6 +100,9 @@ def test_cost_view_shows_what_the_n2_buys_as_the_library_computes_it(desk):
         for r in data["models"][kind]["cells"]:
             got = shown(desk, f"recall-acc-{kind}-{r['length']}-{r['pairs']}")
             assert got[f"recall-acc-{kind}-{r['length']}-{r['pairs']}"][0] == r["accuracy"]
+    # issue 34: view 6 quoted view 7's accuracy from another run (1,000 inputs per bucket against
+    # view 7's 200); it now shows its own task's figures only
+    assert "inputs per bucket" not in desk.locator("#view-cost").inner_text()
     intro = desk.get_by_test_id("recall-intro").text_content()
     assert "Mamba" in intro and "state-space" in intro
     for kind in ("ssm-small", "ssm-large"):
