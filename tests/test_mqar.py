@@ -230,3 +230,23 @@ def test_scaling_measures_the_selective_scan_on_request(tmp_path):
     peaks = [p["peak_bytes"] for p in series["points"]]
     assert peaks[-1] < 1.5 * peaks[0]
     assert "selective scan" not in scaling.METHODS  # not part of the default (shipped) run
+
+
+def test_a_run_is_the_same_bits_every_time(tmp_path):
+    """The shipped checkpoints are reproducible by their command: the same seed gives the same
+    weights and scores (shown on --quick's run; the full run is the same code, longer)."""
+    import json
+
+    from qkv.cli import main
+
+    for name in ("a", "b"):
+        assert main(["train", "mqar", "--quick", "--no-progress", "--json",
+                     str(tmp_path / f"{name}.json"), "--save-dir", str(tmp_path / name)]) == 0
+    a, b = (json.loads((tmp_path / f"{n}.json").read_text()) for n in "ab")
+    for run in (a, b):
+        for kind in run["models"]:
+            run["models"][kind].pop("train_seconds")
+    assert a == b
+    for kind in mqar.KINDS:
+        wa, wb = (mqar.MqarModel.load(tmp_path / n / f"mqar-{kind}.safetensors") for n in "ab")
+        assert all(np.array_equal(wa.params[k], wb.params[k]) for k in wa.params)
