@@ -56,7 +56,8 @@ def _task_help(task: str) -> dict:
 
 
 HELP = ("train attention in NumPy: associative recall, the seeds' seq2seq and far-back "
-        "experiments, a character-level GPT; explain a checkpoint")
+        "experiments, MQAR against a state-space model, a character-level GPT; explain a "
+        "checkpoint")
 
 # flag → RecallConfig field, for the flags that define the model and data
 CONFIG_FLAGS = {"keys": "n_keys", "values": "n_values", "pairs": "n_pairs",
