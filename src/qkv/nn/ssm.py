@@ -16,8 +16,9 @@ to forget::
     y_t = C_t · h_t + D ⊙ x_t                (B, T, D)
 
 The state h_t ``(D, N)`` per sequence has the same size whatever T is: everything the layer
-knows about the past must fit in it. Time is O(T·D·N), memory O(D·N) for inference (here the
-forward keeps every h_t for the backward: O(T·D·N)). Mamba's own code projects Δ through a
+knows about the past must fit in it. Time is O(T·D·N); ``forward`` keeps every h_t for the
+backward (O(T·D·N) memory), calling the layer (inference) keeps one block of steps' states at
+a time (O(block·D·N), plus x and y). Mamba's own code projects Δ through a
 low-rank map (dt_rank = ⌈d_model/16⌉); here W_Δ is a full ``(D, D)`` matrix.
 
 The recurrence is solved by :func:`linear_scan`, a chunked scan: all chunks of L steps are
