@@ -209,7 +209,7 @@ def test_the_docs_figures_are_what_the_command_prints(name, tmp_path):
 
 @pytest.mark.parametrize("name", ["farback", "farback-gru", "farback-5000", "farback-window32",
                                   "farback-window64", "farback-window128", "seq2seq", "scaling",
-                                  "mqar", "mqar-long", "mqar-cost"])
+                                  "mqar", "mqar-1600", "mqar-cost"])
 def test_the_tables_are_the_shipped_json_of_their_commands(name, tmp_path):
     """docs/figures/*.json are the outputs of the commands above seeds.md's tables (written by
     scripts/regenerate_artefacts.py): every figure parsed from them equals the doc's."""
@@ -232,6 +232,6 @@ def test_the_check_lists_every_run_and_marks_the_long_and_timing_only_ones(capsy
     assert [line.split()[0] for line in lines] == [r.name for r in RUNS]
     assert {line.split()[0] for line in lines if "(long)" in line} == \
         {"gpt", "ring-1m", "farback-5000", "farback-window32", "farback-window64",
-         "farback-window128", "mqar", "mqar-long"}
+         "farback-window128", "mqar", "mqar-1600"}
     with pytest.raises(SystemExit, match="unknown run nope"):
         check_docs_figures.main(["nope"])

@@ -71,7 +71,7 @@ class MqarConfig:
     state_small: int = 4
     state_large: int = 16
     batch: int = 32
-    steps: int = 1600
+    steps: int = 4800
     lr: float = 3e-3
     seed: int = 0
 
