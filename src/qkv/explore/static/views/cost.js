@@ -314,8 +314,9 @@ function reach(m, length) {
   const last = cells[cells.length - 1];
   if (!first) return `${kindLabel(m)} answers at least ${pct(GOOD)} at every pair count, ` +
     `${pct(last.accuracy)} with ${last.pairs} pairs`;
-  return `${kindLabel(m)} falls below ${pct(GOOD)} at ${plural(first.pairs, "pair", "pairs")} ` +
-    `(${pct(first.accuracy)}) and answers ${pct(last.accuracy)} with ${last.pairs}`;
+  const at = `${kindLabel(m)} falls below ${pct(GOOD)} at ` +
+    `${plural(first.pairs, "pair", "pairs")} (${pct(first.accuracy)})`;
+  return first === last ? at : `${at} and answers ${pct(last.accuracy)} with ${last.pairs}`;
 }
 
 function renderCurves(c) {
