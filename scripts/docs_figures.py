@@ -459,6 +459,60 @@ def farback_lag16_cells(o: Output) -> list[Cell]:
     return cells
 
 
+MQAR = "qkv train mqar --seed 0 --json out/mqar.json --plot out/mqar.png --save-dir out"
+MQAR_COLUMNS = {"attention": "attention", "ssm-small": "state-space, small state",
+                "ssm-large": "state-space, large state"}
+
+
+def mqar_cells(o: Output) -> list[Cell]:
+    """seeds.md §4's table: parameters, state size and accuracy per (length, pairs) cell."""
+    result = json.loads((o.out / "mqar.json").read_text())
+    cells = [_wall("qkv train mqar")(o)]
+    for kind, column in MQAR_COLUMNS.items():
+        run = result["models"][kind]
+        cells.append(Cell("parameters (the two mixers)", column,
+                          f"{run['parameters']:,} ({run['mixer_parameters']:,})"))
+        state = run["state_floats_per_layer"]
+        cells.append(Cell("state per layer", column, "every token" if state is None else
+                          f"{result['config']['d_model']} × {run['n_state']} = {state:,}"))
+        for r in run["cells"]:
+            cells.append(Cell(f"{r['length']}, {r['pairs']}", column, f"{r['accuracy']:.3f}"))
+    return cells
+
+
+MQAR_1600 = ("qkv train mqar --seed 0 --steps 1600 --json out/mqar-1600.json "
+             "--plot out/mqar-1600.png")
+
+
+def mqar_1600_cells(o: Output) -> list[Cell]:
+    """seeds.md §4's shorter run: the three models after a third of the steps."""
+    models = json.loads((o.out / "mqar-1600.json").read_text())["models"]
+    return [Cell(f"{r['length']}, {r['pairs']}", f"{column}, 1,600 steps",
+                 f"{r['accuracy']:.3f}")
+            for kind, column in MQAR_COLUMNS.items() for r in models[kind]["cells"]]
+
+
+MQAR_COST = ("python -m qkv.tasks.scaling --methods 'qkv causal,selective scan' "
+             "--json out/mqar-cost.json --plot out/mqar-cost.png")
+
+
+def mqar_cost_cells(o: Output) -> list[Cell]:
+    """seeds.md §4's cost table: time and peak memory per sequence, and their slopes."""
+    result = json.loads((o.out / "mqar-cost.json").read_text())
+    cells = []
+    for method in ("qkv causal", "selective scan"):
+        series = result["methods"][method]
+        points = {p["n"]: p for p in series["points"]}
+        cells += [Cell(method, "time n=1,024", _point_time(points, 1024), kind="timing"),
+                  Cell(method, "time n=16,384", _point_time(points, 16384), kind="timing"),
+                  Cell(method, "time slope", f"{series['time_slope']:.2f}", kind="slope"),
+                  Cell(method, "memory n=1,024", _mib(points, 1024), kind="memory"),
+                  Cell(method, "memory n=16,384", _mib(points, 16384), kind="memory"),
+                  Cell(method, "memory slope", f"{series['memory_slope']:.2f}",
+                       abs_tol=MEMORY_SLOPE_TOLERANCE)]
+    return cells
+
+
 RECALL = "qkv train recall --seed 0 --no-progress"
 
 
@@ -824,6 +878,18 @@ RUNS = [
          "farback-gru-tuned.png": "docs/figures/farback-gru-tuned.png"}),
     Run("farback-lag16", "docs/seeds.md", FARBACK_LAG16, 1.5, farback_lag16_cells,
         {"farback-lag16.json": "docs/figures/farback-lag16.json"}),
+    Run("mqar", "docs/seeds.md", MQAR, 30.0, mqar_cells,
+        {"mqar.json": ("docs/figures/mqar.json", "src/qkv/tasks/data/mqar.json"),
+         "mqar.png": "docs/figures/mqar.png",
+         **{f"mqar-{kind}.safetensors": f"src/qkv/tasks/data/mqar-{kind}.safetensors"
+            for kind in ("attention", "ssm-small", "ssm-large")}},
+        long=True),  # exact figures, but half an hour on 2 busy cores
+    Run("mqar-1600", "docs/seeds.md", MQAR_1600, 10.0, mqar_1600_cells,
+        {"mqar-1600.json": "docs/figures/mqar-1600.json",
+         "mqar-1600.png": "docs/figures/mqar-1600.png"}, long=True),
+    Run("mqar-cost", "docs/seeds.md", MQAR_COST, 1.0, mqar_cost_cells,
+        {"mqar-cost.json": "docs/figures/mqar-cost.json",
+         "mqar-cost.png": "docs/figures/mqar-cost.png"}),
     Run("ring", "docs/distributed.md", RING, 1.5, ring_cells, benchmark=True),
     Run("scaling", "docs/seeds.md", SCALING, 1.5, scaling_time_cells,
         {"scaling.json": ("docs/figures/scaling.json", "src/qkv/tasks/data/scaling.json"),

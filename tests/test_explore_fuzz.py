@@ -24,7 +24,8 @@ FUZZ = settings(max_examples=40, deadline=None,
                 suppress_health_check=list(HealthCheck))
 ENDPOINTS = ("/api/trace", "/api/scale", "/api/mask", "/api/model/attentions",
              "/api/model/neuron", "/api/projections", "/api/mistakes", "/api/cost",
-             "/api/seq2seq", "/api/gpt/predict", "/api/gpt/generate", "/api/gpt/roles")
+             "/api/seq2seq", "/api/gpt/predict", "/api/gpt/generate", "/api/gpt/roles",
+             "/api/cost/recall", "/api/cost/recall/curves")
 # endpoints that document a 503 for a piece this install may lack (the model, qkv.tasks.seq2seq)
 MAY_BE_MISSING = ("/api/model/attentions", "/api/model/neuron", "/api/seq2seq",
                   "/api/gpt/predict", "/api/gpt/generate", "/api/gpt/roles")
@@ -69,7 +70,8 @@ FIELDS = st.sampled_from(["queries", "keys", "values", "scale", "mask", "scores"
                           "temperature", "seed", "n_keys", "tokens", "uniform", "sentence",
                           "layer", "head", "token", "presets", "overrides", "x", "w_q", "w_k",
                           "w_v", "n", "heads", "wrong_scale", "wrong_axis", "swap_kv", "tile_q",
-                          "tile_k", "d", "input", "reference_d_k", "prompt", "steps"])
+                          "tile_k", "d", "input", "reference_d_k", "prompt", "steps", "pairs",
+                          "asked", "n_pairs"])
 
 
 @FUZZ

@@ -204,12 +204,7 @@ def test_growth_slopes_are_scaling_slope_of_the_points_shown(client):
     for series in body["shipped"]["methods"]:
         assert [(p["n"], p["seconds"]) for p in series["points"]] == [
             (p["n"], p["seconds"]) for p in shipped["methods"][series["method"]]["points"]]
-    ev = body["evidence"]
-    for kind in farback.KINDS:
-        assert ev["farback"][kind]["accuracy"] == farback.load_pretrained(kind).metrics["accuracy"]
-    fixed = seq2seq.load_pretrained("fixed").metrics["buckets"]
-    assert [b["token_accuracy"] for b in ev["seq2seq"]["fixed"]] == [
-        b["token_accuracy"] for b in fixed]
+    assert "evidence" not in body  # what the n² buys: /api/cost/recall (test_explore_cost_recall)
 
 
 @pytest.mark.parametrize("body, says", [

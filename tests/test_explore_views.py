@@ -261,7 +261,7 @@ def test_cost_view_grid_is_the_kernels_classification(page):
         stats = shown(page, "cost-")
         assert stats["cost-entries"][0] == n * n
         assert stats["cost-skipped"][0] == int((grid == 0).sum())
-        assert stats["cost-naive"][0] == 2 * 4 * n * n
+        assert stats["cost-naive"][0] == 2 * 4 * n * n + 4 * n * 64  # scores, weights, output
         if exponent == 16:
             shot(page, "cost.png")
 

@@ -11,6 +11,9 @@
                       accuracy per input length (docs/seeds.md).
   qkv train farback   one event 1 to 256 steps back in a window, among distractors: attention
                       vs a learned exponential decay vs a GRU, accuracy per lag.
+  qkv train mqar      multi-query associative recall (Zoology): key–value pairs, then every key
+                      asked; attention vs a Mamba-style selective state-space model at two
+                      state sizes, accuracy per sequence length and number of pairs.
   qkv train gpt       a character-level GPT on Shakespeare, nanoGPT's CPU run (docs/gpt.md).
 
 Examples:
@@ -19,6 +22,7 @@ Examples:
   qkv train explain --checkpoint recall.safetensors --index 3
   qkv train seq2seq --seed 0 --json seq2seq.json --plot seq2seq.png --heatmap align.svg
   qkv train farback --seed 0 --json farback.json --plot farback.png --heatmap weights.svg
+  qkv train mqar --seed 0 --json mqar.json --plot mqar.png --save-dir DIR
   qkv train gpt --seed 0 --checkpoint gpt.safetensors --export gpt-hf
 """
 
@@ -56,7 +60,8 @@ def _task_help(task: str) -> dict:
 
 
 HELP = ("train attention in NumPy: associative recall, the seeds' seq2seq and far-back "
-        "experiments, a character-level GPT; explain a checkpoint")
+        "experiments, MQAR against a state-space model, a character-level GPT; explain a "
+        "checkpoint")
 
 # flag → RecallConfig field, for the flags that define the model and data
 CONFIG_FLAGS = {"keys": "n_keys", "values": "n_values", "pairs": "n_pairs",
@@ -107,6 +112,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     exp.set_defaults(train_run=run_explain)
     _add_seq2seq(sub)
     _add_farback(sub)
+    _add_mqar(sub)
     from . import train_gpt
 
     train_gpt.add_parser(sub)
@@ -165,6 +171,21 @@ def _add_farback(sub) -> None:
                    help="save the three models as DIR/farback-{attention,recency,gru}"
                         ".safetensors")
     p.set_defaults(train_run=run_farback)
+
+
+def _add_mqar(sub) -> None:
+    p = sub.add_parser("mqar", help="multi-query associative recall: attention vs a selective "
+                       "state-space model", **_task_help("mqar"))
+    _add_outputs(p, "accuracy vs pairs, per sequence length")
+    p.add_argument("--per-cell", type=int, default=None,
+                   help="held-out sequences per (length, pairs) cell (default 100)")
+    p.add_argument("--kinds", default=None,
+                   help="comma-separated models to train (default all: attention,ssm-small,"
+                        "ssm-large)")
+    p.add_argument("--save-dir", metavar="DIR",
+                   help="save the models as DIR/mqar-{attention,ssm-small,ssm-large}"
+                        ".safetensors")
+    p.set_defaults(train_run=run_mqar)
 
 
 def run(args: argparse.Namespace) -> int:  # dispatched through the subcommand's default
@@ -338,6 +359,8 @@ def run_explain(args: argparse.Namespace) -> int:
 # -- the seeds' experiments -------------------------------------------------------------------
 QUICK_SEQ2SEQ = {"max_len": 12, "d_hidden": 64, "d_attn": 8, "steps": 800}
 QUICK_FARBACK = {"window": 64, "steps": 200}
+QUICK_MQAR = {"train_lengths": (32,), "eval_lengths": (32, 64), "eval_pairs": (2, 4, 8),
+              "d_model": 16, "steps": 30, "batch": 8}
 
 
 def _recall_progress(console, total: int, *, disable: bool):
@@ -585,4 +608,50 @@ def run_farback(args: argparse.Namespace) -> int:
         console.print(f"attention weights plot: "
                       f"{plots.farback_weights_plot(weights, labels, s, args.weights_plot)}")
     _save_models(console, args, result, models, "farback")
+    return 0
+
+
+def run_mqar(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from qkv.tasks import mqar, plots
+
+    if args.heatmap:
+        raise SystemExit("qkv train mqar: --heatmap is not drawn for this task (the state-space "
+                         "models have no attention weights); use --json and --plot")
+    config = _experiment_config(args, "mqar", mqar.MqarConfig, QUICK_MQAR, {})
+    per_cell = _count(args, "per_cell", "mqar", quick=20, full=100)
+    kinds = mqar.KINDS if args.kinds is None else tuple(
+        k.strip() for k in args.kinds.split(",") if k.strip())
+    unknown = [k for k in kinds if k not in mqar.KINDS]
+    if unknown or not kinds:
+        raise SystemExit(f"qkv train mqar: --kinds takes some of {', '.join(mqar.KINDS)}, got "
+                         f"{args.kinds!r}")
+    console = Console()
+    sizes = {k: mqar.MqarModel(config, k) for k in kinds}
+    console.print(f"multi-query associative recall: {config.n_keys} keys, {config.n_values} "
+                  f"values; trained on lengths {', '.join(map(str, config.train_lengths))}, "
+                  f"1 to length/4 pairs (log-uniform); {config.steps} Adam steps of "
+                  f"{config.batch} per model, seed {config.seed}")
+    console.print("parameters (all / the two mixers): " + ", ".join(
+        f"{k} {m.num_params:,} / {m.mixer_params:,}" for k, m in sizes.items()))
+    progress = _experiment_progress(console, config.steps, args.no_progress)
+    with progress:
+        bars = {k: progress.add_task(k, total=config.steps, loss=float("nan")) for k in kinds}
+        result, models = mqar.experiment(
+            config, per_cell, kinds=kinds,
+            on_step=lambda k, step, loss: progress.update(bars[k], completed=step, loss=loss))
+    table = Table(title=f"held-out accuracy at the asked keys ({per_cell} sequences per cell)")
+    table.add_column("length")
+    table.add_column("pairs", justify="right")
+    for kind in kinds:
+        n = config.n_state(kind)
+        table.add_column(kind if n is None else f"{kind}\nN = {n}", justify="right")
+    for T, P in config.grid():
+        table.add_row(str(T), str(P), *(f"{mqar.cell(result['models'][k], T, P)['accuracy']:.3f}"
+                                        for k in kinds))
+    console.print(table)
+    _outputs(console, args, result, plots.mqar_plot, "mqar")
+    _save_models(console, args, result, models, "mqar")
     return 0

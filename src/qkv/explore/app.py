@@ -6,8 +6,9 @@
 - ``POST /api/projections`` (view 1), ``/api/trace`` (2), ``/api/scale`` (3), ``/api/mask`` (4),
   ``/api/mistakes`` (5), ``/api/cost`` (6), ``/api/seq2seq`` (7), ``/api/model/attentions`` and
   ``/api/model/neuron`` (8): validated by :mod:`qkv.explore.schemas`, computed by qkv.
-- ``POST /api/farback``, ``/api/farback/curves``, ``/api/seq2seq/curves``, ``/api/cost/growth``:
-  the lesson's measured claims (:mod:`qkv.explore.lesson_schemas`).
+- ``POST /api/farback``, ``/api/farback/curves``, ``/api/seq2seq/curves``, ``/api/cost/growth``,
+  ``/api/cost/recall``, ``/api/cost/recall/curves``: the lesson's measured claims
+  (:mod:`qkv.explore.lesson_schemas`).
 
 Bad input is a 422 with a sentence for a person (``detail``) and one entry per problem
 (``errors``) — only for pydantic's validation errors and :class:`InputError`; any other
@@ -61,6 +62,9 @@ from .lesson_schemas import (
     FarbackResponse,
     GrowthRequest,
     GrowthResponse,
+    RecallCurvesResponse,
+    RecallRequest,
+    RecallResponse,
     Seq2SeqCurvesResponse,
 )
 from .limits import BodyLimits
@@ -181,7 +185,7 @@ def create_app(allowed_hosts: list[str] | None = None,
     async def refused(request: Request, exc: InputError):
         return JSONResponse(status_code=422, content={"detail": str(exc), "errors": []})
 
-    @app.exception_handler(Unavailable)  # views 7, 8, 10 without their shipped models
+    @app.exception_handler(Unavailable)  # views 6–8, 10 without their shipped models
     async def shipped_unavailable(request: Request, exc: Exception):
         return JSONResponse(status_code=503, content={"detail": str(exc), "errors": []})
 
@@ -284,14 +288,28 @@ def create_app(allowed_hosts: list[str] | None = None,
     @app.post("/api/cost/growth", response_model=GrowthResponse, responses=BAD_INPUT)
     def cost_growth(req: GrowthRequest) -> dict:
         """Time against n: small n timed now, large n from the shipped `qkv bench scaling`
-        results; and the shipped models' held-out scores (what the n² buys)."""
-        try:
-            evidence, missing = cost_service.evidence(), None
-        except Unavailable as exc:  # the timings need no checkpoint: only this part is lost
-            evidence, missing = None, str(exc)
+        results."""
         return {"live": cost_service.live(req.max_n, req.budget, req.repeats),
-                "shipped": cost_service.shipped(), "evidence": evidence,
-                "evidence_missing": missing}
+                "shipped": cost_service.shipped()}
+
+    no_recall = {503: {"model": ErrorResponse, "description": "the MQAR models are missing"}}
+
+    @app.post("/api/cost/recall/curves", response_model=RecallCurvesResponse,
+              responses={**BAD_INPUT, **no_recall})
+    def cost_recall_curves(req: CurvesRequest) -> dict:
+        """What the n² buys: the shipped MQAR run's accuracy per (length, pairs)."""
+        return cost_service.recall_curves()
+
+    @app.post("/api/cost/recall", response_model=RecallResponse,
+              responses={**BAD_INPUT, **no_recall})
+    def cost_recall(req: RecallRequest) -> dict:
+        """The shipped attention and state-space models answering one recall sequence."""
+        if req.pairs is None:
+            pairs, asked = cost_service.recall_example(req.seed, req.n_pairs)
+        else:
+            pairs = [list(p) for p in req.pairs]
+            asked = req.asked if req.asked is not None else [k for k, _ in pairs]
+        return cost_service.recall_answers(pairs, asked)
 
     no_gpt = {503: {"model": ErrorResponse, "description": "the shipped GPT cannot be loaded"}}
 

@@ -1,7 +1,7 @@
 """The cost view's growth plot: time against n for dense, causal, windowed attention and a
 linear state-space scan — small n timed live (within a time budget), large n read from the
-shipped ``qkv bench scaling`` results — and what the n² buys, read from the shipped models'
-held-out results (far back, encoder–decoder).
+shipped ``qkv bench scaling`` results — and what the n² buys: recall (MQAR), the shipped
+attention and selective state-space models' held-out accuracy and their live answers.
 
 Timing is what this view shows, so it is measured here with :func:`qkv.tasks.scaling.measure`
 on :mod:`qkv.tasks.scaling`'s own calls; the slopes are :func:`qkv.tasks.scaling.slope`.
@@ -15,6 +15,9 @@ import time
 import numpy as np
 
 from qkv.tasks import scaling
+
+from .errors import InputError
+from .shipped import Unavailable, load_once
 
 METHODS = ("qkv dense", "qkv causal", "qkv window", "ssm scan")  # naive: in docs/seeds.md
 LIVE_MIN_N = 64
@@ -89,22 +92,99 @@ def _fitted(method: str, points: list[dict], fit_from: int, stopped) -> dict:
             "slope": scaling.slope([p["n"] for p in fit], [p["seconds"] for p in fit])}
 
 
-def evidence() -> dict:
-    """What attention's n² buys here: the held-out scores stored in the shipped checkpoints
-    (far back: accuracy of each model over all lags and its worst lag bucket; encoder–decoder:
-    token accuracy per input-length bucket)."""
-    from . import farback_service, seq2seq_service
+# -- what the n² buys: recall (MQAR), the shipped attention and state-space models ------------
+class RecallUnavailable(Unavailable):
+    """The MQAR checkpoints or their results are missing or unreadable (HTTP 503)."""
 
-    far = {}
-    for kind, fb_model in farback_service.models().items():
-        worst = min(fb_model.metrics["by_lag"], key=lambda r: r["accuracy"])
-        far[kind] = {"accuracy": fb_model.metrics["accuracy"], "worst_lags": worst["lags"],
-                     "worst_accuracy": worst["accuracy"]}
-    s2s = {}
-    for kind in ("attention", "fixed"):
-        s2s_model = seq2seq_service.load(kind)
-        s2s[kind] = [{"lengths": b["lengths"], "token_accuracy": b["token_accuracy"]}
-                     for b in s2s_model.metrics["buckets"]]
-    return {"farback": far, "seq2seq": s2s,
-            "farback_held_out": sum(r["cases"] for r in fb_model.metrics["by_lag"]),
-            "seq2seq_per_bucket": s2s_model.metrics["buckets"][0]["sequences"]}
+
+_recall_models: dict[str, object] = {}
+
+
+def recall_model(kind: str):
+    """``qkv.tasks.mqar.load_pretrained(kind)``, loaded once."""
+
+    def loader():
+        from qkv.tasks import mqar
+
+        return mqar.load_pretrained(kind)
+
+    return load_once(_recall_models, kind, "the recall models of view 6 (their shipped "
+                     "checkpoints)", loader, RecallUnavailable)
+
+
+def recall_curves() -> dict:
+    """The shipped MQAR run's held-out accuracy per (length, pairs) for the three models, read
+    from the JSON the run wrote (:data:`qkv.tasks.mqar.SHIPPED`), with the sizes the page's
+    sentences need (state floats per layer, parameters)."""
+    from qkv.tasks import mqar
+
+    try:
+        data = mqar.shipped()
+    except (OSError, ValueError) as exc:
+        raise RecallUnavailable(f"the shipped MQAR results cannot be read: {exc}") from exc
+    c = data["config"]
+    models = []
+    for kind in mqar.KINDS:
+        run = data["models"][kind]
+        models.append({"kind": kind, "n_state": run["n_state"], "parameters": run["parameters"],
+                       "mixer_parameters": run["mixer_parameters"],
+                       "state_floats_per_layer": run["state_floats_per_layer"],
+                       "train_seconds": run["train_seconds"],
+                       "cells": [{k: r[k] for k in ("length", "pairs", "answers", "correct",
+                                                    "accuracy")} for r in run["cells"]]})
+    return {"command": mqar.SHIPPED_COMMAND, "per_cell": data["per_cell"],
+            "n_keys": c["n_keys"], "n_values": c["n_values"], "d_model": c["d_model"],
+            "steps": c["steps"], "train_lengths": c["train_lengths"],
+            "eval_lengths": c["eval_lengths"], "models": models}
+
+
+def recall_example(seed: int, n_pairs: int) -> tuple[list[list[int]], list[int]]:
+    """``n_pairs`` random pairs ``[[key, value]]`` (distinct keys, numbered from 1) and every
+    key asked once in random order, drawn from ``seed`` by the task's own sampler."""
+    from qkv.tasks import mqar
+
+    config = recall_model("attention").config
+    if not 1 <= n_pairs <= config.n_keys:
+        raise InputError(f"pairs: choose 1 to {config.n_keys} pairs (there are "
+                         f"{config.n_keys} keys), not {n_pairs}")
+    b = mqar.sample(config, np.random.default_rng([seed, 0xC057]), 1, 4 * n_pairs, n_pairs)
+    tok, tgt = b.tokens[0], b.target[0]
+    pairs = [[int(tok[2 * i]), int(tok[2 * i + 1]) - config.n_keys] for i in range(n_pairs)]
+    asked = [int(tok[j]) for j in np.flatnonzero(tgt >= 0)]
+    return pairs, asked
+
+
+def recall_answers(pairs: list[list[int]], asked: list[int]) -> dict:
+    """The three shipped models' answers at every asked key of the sequence built from
+    ``pairs`` and ``asked`` by :func:`qkv.tasks.mqar.encode` (keys must be distinct, and only
+    stored keys may be asked: then every question has one right answer)."""
+    from qkv.tasks import mqar
+
+    config = recall_model("attention").config
+    keys = [k for k, _ in pairs]
+    for k, v in pairs:
+        if not 1 <= k <= config.n_keys:
+            raise InputError(f"pairs: a key must be a number from 1 to {config.n_keys}, not {k}")
+        if not 1 <= v <= config.n_values:
+            raise InputError(f"pairs: a value must be a number from 1 to {config.n_values}, "
+                             f"not {v}")
+    dup = next((k for k in keys if keys.count(k) > 1), None)
+    if dup is not None:
+        raise InputError(f"pairs: key {dup} is stored twice; each key holds one value")
+    missing = next((k for k in asked if k not in keys), None)
+    if missing is not None:
+        raise InputError(f"asked: key {missing} is asked but no pair stores it")
+    batch = mqar.encode(config, [tuple(p) for p in pairs], asked)
+    out = []
+    from qkv.engine.threads import single_threaded_blas
+
+    with single_threaded_blas():
+        for kind in mqar.KINDS:
+            model = recall_model(kind)
+            rows = mqar.answers(model, batch)
+            for r in rows:
+                r["correct"] = r["answer"] == r["expected"]
+            out.append({"kind": kind, "n_state": config.n_state(kind), "answers": rows,
+                        "correct": sum(r["correct"] for r in rows), "total": len(rows)})
+    return {"pairs": pairs, "asked": asked, "length": int(batch.tokens.shape[1]),
+            "n_keys": config.n_keys, "n_values": config.n_values, "models": out}

@@ -214,37 +214,79 @@ class ShippedRun(GrowthRun):
     command: str = Field(description="the command that produced the shipped results")
 
 
-class FarbackScore(BaseModel):
-    accuracy: float
-    worst_lags: list[int]
-    worst_accuracy: float
-
-
-class LengthScore(BaseModel):
-    lengths: list[int]
-    token_accuracy: float
-
-
-class FarbackScores(BaseModel):
-    attention: FarbackScore
-    recency: FarbackScore
-    gru: FarbackScore
-
-
-class LengthScores(BaseModel):
-    attention: list[LengthScore]
-    fixed: list[LengthScore]
-
-
-class Evidence(BaseModel):
-    farback: FarbackScores
-    seq2seq: LengthScores
-    farback_held_out: int
-    seq2seq_per_bucket: int
-
-
 class GrowthResponse(BaseModel):
     live: LiveRun
     shipped: ShippedRun
-    evidence: Evidence | None  # None: the shipped models cannot be loaded here
-    evidence_missing: str | None = None  # why not, and the line that installs what is missing
+
+
+# -- cost: what the n² buys, recall (MQAR) -----------------------------------------------------
+MAX_RECALL_PAIRS = 64
+RecallKey = Annotated[int, Field(strict=True, ge=1, le=1024)]  # the service checks the range
+
+
+class RecallRequest(_Strict):
+    """A recall sequence: ``pairs`` [[key, value], …] and the keys ``asked``; or, without
+    pairs, ``n_pairs`` random pairs drawn from ``seed`` with every key asked once."""
+
+    pairs: Annotated[list[tuple[RecallKey, RecallKey]],
+                     Field(min_length=1, max_length=MAX_RECALL_PAIRS)] | None = None
+    asked: Annotated[list[RecallKey], Field(min_length=1, max_length=MAX_RECALL_PAIRS)] | None \
+        = None
+    seed: Annotated[int, Field(strict=True, ge=0, le=2**31 - 1)] = 0
+    n_pairs: Annotated[int, Field(strict=True, ge=1, le=MAX_RECALL_PAIRS)] = 8
+
+
+class RecallAnswer(BaseModel):
+    position: int = Field(description="the asked key's position in the sequence")
+    key: int
+    expected: int | None = Field(description="the value stored under the key")
+    answer: int | None = Field(description="the model's most likely token, if it is a value")
+    probability: float = Field(description="the model's probability of its answer")
+    correct: bool
+
+
+class RecallModelAnswers(BaseModel):
+    kind: Literal["attention", "ssm-small", "ssm-large"]
+    n_state: int | None = Field(description="states per channel (None: attention)")
+    answers: list[RecallAnswer]
+    correct: int
+    total: int
+
+
+class RecallResponse(BaseModel):
+    pairs: list[list[int]]
+    asked: list[int]
+    length: int = Field(description="tokens in the sequence the models read")
+    n_keys: int
+    n_values: int
+    models: list[RecallModelAnswers] = Field(description="attention, ssm-small, ssm-large")
+
+
+class RecallCell(BaseModel):
+    length: int
+    pairs: int
+    answers: int = Field(description="asked keys scored in this cell")
+    correct: int
+    accuracy: float
+
+
+class RecallCurve(BaseModel):
+    kind: Literal["attention", "ssm-small", "ssm-large"]
+    n_state: int | None
+    parameters: int
+    mixer_parameters: int = Field(description="parameters of the two sequence mixers")
+    state_floats_per_layer: int | None = Field(description="d × N (None: attention)")
+    train_seconds: float
+    cells: list[RecallCell]
+
+
+class RecallCurvesResponse(BaseModel):
+    command: str = Field(description="the command that trained the shipped models")
+    per_cell: int = Field(description="held-out sequences per (length, pairs) cell")
+    n_keys: int
+    n_values: int
+    d_model: int
+    steps: int
+    train_lengths: list[int]
+    eval_lengths: list[int]
+    models: list[RecallCurve] = Field(description="attention, ssm-small, ssm-large")

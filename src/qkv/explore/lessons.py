@@ -100,12 +100,24 @@ def cost(req: CostRequest) -> dict:
     rows = np.minimum(tq, n - np.arange(grid.shape[0])[:, None] * tq)  # (tiles_q, 1)
     cols = np.minimum(tk, n - np.arange(grid.shape[1])[None, :] * tk)  # (1, tiles_k)
     computed = int(((grid > 0) * rows * cols).sum())
+    # memory: what the kernel holds at once, as it runs (qkv.engine.kernel): a problem of at
+    # most config.small scores is one block of n × n scores (no tiling pays off); a larger one
+    # holds one tile per worker at work, a tile being clipped to the problem, and the workers
+    # being one below config.thread_min_work multiply-adds and at most one per query tile.
+    small = n * n <= config.small
+    if small:
+        block, in_use = [n, n], 1
+    else:
+        block = [min(tq, n), min(tk if req.tile_k else config.key_tile(mask is not None), n)]
+        in_use = min(config.num_workers(n * n * 2 * d), grid.shape[0])
+    output = n * (d + 1) * FLOAT32  # the output and the log-sum-exp per row
     return {
         "n": n, "d": d, "mask": req.mask, "mask_description": said, "tile": [tq, tk],
         "entries": n * n,
-        "naive_bytes": 2 * n * n * FLOAT32,  # the scores and the weights, float32
-        "qkv_bytes": workers * tq * tk * FLOAT32 + n * (d + 1) * FLOAT32,  # tiles + out + lse
-        "workers": workers,
+        "naive_bytes": 2 * n * n * FLOAT32 + n * d * FLOAT32,  # scores, weights, output
+        "qkv_bytes": in_use * block[0] * block[1] * FLOAT32 + output,
+        "workers": workers, "workers_in_use": in_use, "block": block, "small_problem": small,
+        "small_limit": config.small,
         "flops_dense": 4 * n * n * d,
         "flops_qkv": 4 * computed * d,
         "tiles": {"empty": int(counts[0]), "partial": int(counts[1]), "full": int(counts[2]),

@@ -441,9 +441,14 @@ class CostResponse(BaseModel):
     mask_description: str
     tile: list[int]
     entries: int
-    naive_bytes: int
-    qkv_bytes: int
+    naive_bytes: int = Field(description="n × n scores and weights and the output, float32")
+    qkv_bytes: int = Field(description="what qkv's kernel holds at once: the block(s) in use "
+                           "and the output with its log-sum-exp, float32")
     workers: int
+    workers_in_use: int = Field(description="workers the kernel runs for this problem")
+    block: list[int] = Field(description="the scores one worker holds at once: rows × cols")
+    small_problem: bool = Field(description="n² ≤ small_limit: one block, no tiling")
+    small_limit: int = Field(description="the kernel's small-problem limit, in scores")
     flops_dense: int
     flops_qkv: int
     tiles: TileCounts

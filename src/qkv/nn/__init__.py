@@ -22,24 +22,29 @@ from .mlp import MLP
 from .norm import LayerNorm
 from .optim import Adam
 from .paged_cache import PagedKVCache, PagedLayerCache
+from .ssm import CausalConv, MambaBlock, SelectiveSSM, linear_scan
 
 __all__ = [
     "GRU",
     "MLP",
     "Adam",
+    "CausalConv",
     "Embedding",
     "KVCache",
     "LayerCache",
     "LayerNorm",
     "Linear",
+    "MambaBlock",
     "MultiHeadAttention",
     "PagedKVCache",
     "PagedLayerCache",
+    "SelectiveSSM",
     "TransformerBlock",
     "gelu",
     "gelu_backward",
     "gelu_tanh",
     "gelu_tanh_backward",
+    "linear_scan",
     "log_softmax",
     "masks_from_torch",
     "merge_heads",

@@ -107,6 +107,40 @@ def farback_plot(result: dict, path) -> Path:
     return _save(fig, path)
 
 
+def mqar_plot(result: dict, path) -> Path:
+    """MQAR accuracy against the number of key–value pairs, one panel per sequence length,
+    one line per model (Zoology's Fig. 2 in miniature)."""
+    plt = _pyplot()
+    c = result["config"]
+    lengths = c["eval_lengths"]
+    fig, axes = plt.subplots(1, len(lengths), figsize=(3.6 * len(lengths), 3.6), sharey=True)
+    styles = {"attention": ("tab:blue", "o-"), "ssm-small": ("tab:orange", "s-"),
+              "ssm-large": ("tab:green", "^-")}
+    trained = set(c["train_lengths"])
+    for ax, T in zip(list(getattr(axes, "flat", [axes])), lengths, strict=True):
+        for kind, run in result["models"].items():
+            color, style = styles[kind]
+            cells = [r for r in run["cells"] if r["length"] == T]
+            name = kind if run["n_state"] is None else f"{kind} (N = {run['n_state']})"
+            ax.plot([r["pairs"] for r in cells], [r["accuracy"] for r in cells], style,
+                    color=color, label=f"{name}, {run['parameters']:,} params")
+        ax.axhline(1 / c["n_values"], color="grey", lw=1, ls=":", label="chance")
+        ax.set_xscale("log", base=2)
+        pairs = sorted({r["pairs"] for r in cells})
+        ax.set_xticks(pairs, [str(p) for p in pairs])
+        ax.set_xlabel("key–value pairs")
+        ax.set_title(f"length {T}" + ("" if T in trained else " (longer than trained)"),
+                     fontsize=10)
+        ax.set_ylim(0, 1.02)
+        ax.grid(alpha=0.3)
+    first = next(iter(getattr(axes, "flat", [axes])))
+    first.set_ylabel("held-out accuracy at the asked keys")
+    first.legend(fontsize=7, loc="lower left")
+    fig.suptitle(f"MQAR: attention vs a selective state-space model (Mamba block), "
+                 f"{c['steps']} steps, seed {c['seed']}", fontsize=10)
+    return _save(fig, path)
+
+
 def scaling_plot(result: dict, path) -> Path:
     """Log–log time and peak memory vs n, with each curve's fitted slope in its label."""
     plt = _pyplot()

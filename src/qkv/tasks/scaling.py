@@ -12,6 +12,9 @@ For n = min_n, 2·min_n, … max_n, one head of width d (self-attention, Nq = Nk
 - ``ssm scan``     a diagonal linear state-space recurrence (state 16 per channel):
                    h_t = a ⊙ h_{t−1} + b ⊙ x_t,  y_t = Σ c ⊙ h_t   — O(n), the seed's
                    alternative, as a plain NumPy loop over t
+- ``selective scan`` (on request: ``--methods``) Mamba's S6, ``qkv.nn.SelectiveSSM`` with 16
+                   states per channel: input-dependent Δ, B, C, the chunked scan, run block
+                   by block as at inference — O(n) time, O(n·d) memory for x and y
 
 Time is the best of a few calls (one call once a call takes over a second); peak memory is
 what :mod:`tracemalloc` sees NumPy allocate during one call, beyond the inputs. Each curve's
@@ -36,6 +39,7 @@ from pathlib import Path
 import numpy as np
 
 METHODS = ("naive", "qkv dense", "qkv causal", "qkv window", "ssm scan")
+EXTRA_METHODS = ("selective scan",)  # measured when named in --methods, not by default
 WINDOW = 256
 STATE = 16
 
@@ -70,6 +74,11 @@ def call(method: str, inputs) -> Callable[[], object]:
     import qkv
 
     q, k, v, a, b, c = inputs
+    if method == "selective scan":
+        from ..nn import SelectiveSSM
+
+        layer = SelectiveSSM(v.shape[-1], STATE, rng=0, dtype=v.dtype)
+        return lambda: layer(v[None])
     return {
         "naive": lambda: naive_attention(q, k, v),
         "qkv dense": lambda: qkv.attention(q, k, v),
@@ -205,7 +214,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--d", type=_positive, default=64, help="head width (64)")
     p.add_argument("--dtype", choices=("float32", "float64"), default="float32")
     p.add_argument("--methods", default=",".join(METHODS),
-                   help=f"comma-separated subset of: {', '.join(METHODS)}")
+                   help=f"comma-separated subset of: {', '.join(METHODS + EXTRA_METHODS)}")
     p.add_argument("--max-seconds", type=float, default=15.0,
                    help="stop a curve when its next call would take longer (15)")
     p.add_argument("--naive-max-mib", type=_positive, default=512,
@@ -240,10 +249,10 @@ def main(argv: list[str] | None = None) -> int:
     if not args.max_seconds > 0:
         parser.error(f"--max-seconds must be > 0, got {args.max_seconds}")
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
-    unknown = [m for m in methods if m not in METHODS]
+    unknown = [m for m in methods if m not in METHODS + EXTRA_METHODS]
     if unknown or not methods:
         parser.error(f"--methods: unknown {unknown or 'empty list'}; choose from "
-                     f"{', '.join(METHODS)}")
+                     f"{', '.join(METHODS + EXTRA_METHODS)}")
     if args.plot:
         from .._install import missing, missing_message
 

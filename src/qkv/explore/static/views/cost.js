@@ -3,25 +3,30 @@
 import { Channel } from "../core/api.js";
 import { lineChart, PALETTE } from "../core/chart.js";
 import { announce, el, scrollBox } from "../core/dom.js";
+import { showError } from "../core/errors.js";
 import { COLORS, heat, heatRGB, maskedRGB } from "../core/legend.js";
 import { state, writeURL } from "../core/state.js";
 
 export const name = "cost";
 export const READS = {
   "/api/cost": ["n", "d", "mask", "entries", "flops_dense", "flops_qkv", "naive_bytes", "qkv_bytes",
-    "tile", "workers", "tiles.empty", "tiles.partial", "tiles.full", "tiles.total", "grid",
+    "tile", "workers", "workers_in_use", "block", "small_problem", "small_limit", "tiles.empty", "tiles.partial", "tiles.full", "tiles.total", "grid",
     "mask_description"],
   "/api/cost/growth": ["live.methods.method", "live.methods.points.n",
     "live.methods.points.seconds", "live.methods.slope", "live.methods.stopped",
     "live.fit_from", "live.repeats",
     "live.budget_seconds", "shipped.methods.method", "shipped.methods.points.n",
     "shipped.methods.points.seconds", "shipped.methods.slope", "shipped.fit_from",
-    "shipped.window", "shipped.command",
-    "evidence.farback.attention.accuracy", "evidence.farback.attention.worst_accuracy",
-    "evidence.farback.gru.accuracy", "evidence.farback.recency.accuracy",
-    "evidence.farback_held_out", "evidence.seq2seq.attention.lengths",
-    "evidence.seq2seq.attention.token_accuracy", "evidence.seq2seq.fixed.token_accuracy",
-    "evidence.seq2seq_per_bucket", "evidence_missing"],
+    "shipped.window", "shipped.command"],
+  "/api/cost/recall/curves": ["command", "per_cell", "n_keys", "n_values", "d_model", "steps",
+    "train_lengths", "eval_lengths", "models.kind", "models.n_state", "models.parameters",
+    "models.mixer_parameters", "models.state_floats_per_layer", "models.train_seconds",
+    "models.cells.length", "models.cells.pairs", "models.cells.answers", "models.cells.correct",
+    "models.cells.accuracy"],
+  "/api/cost/recall": ["pairs", "asked", "length", "n_keys", "n_values", "models.kind",
+    "models.n_state", "models.correct", "models.total", "models.answers.position",
+    "models.answers.key", "models.answers.expected", "models.answers.answer",
+    "models.answers.probability", "models.answers.correct"],
 };
 
 let root;
@@ -47,6 +52,11 @@ export function show() {
     growthAsked = true;
     askGrowth();
   }
+  if (!recallAsked) {
+    recallAsked = true;
+    curvesChannel.send({});
+    recallChannel.send({ seed: 0, n_pairs: Number($("#recall-n").value) });
+  }
 }
 
 function render(data) {
@@ -57,8 +67,8 @@ function render(data) {
     stat("cost-entries", "n × n scores", data.entries, `${big(data.entries)}`),
     stat("cost-flops-dense", `work, every pair (4·n²·d flops, d = ${data.d})`, data.flops_dense, big(data.flops_dense)),
     stat("cost-flops-qkv", "work qkv does (skipped tiles cost nothing)", data.flops_qkv, big(data.flops_qkv)),
-    stat("cost-naive", "naive memory: scores + weights, n × n float32 each", data.naive_bytes, bytes(data.naive_bytes)),
-    stat("cost-qkv", `qkv's memory: one ${data.tile[0]} × ${data.tile[1]} tile per worker (${data.workers}) + output`, data.qkv_bytes, bytes(data.qkv_bytes)),
+    stat("cost-naive", "naive memory: scores + weights (n × n float32 each) + output", data.naive_bytes, bytes(data.naive_bytes)),
+    stat("cost-qkv", memoryLabel(data), data.qkv_bytes, bytes(data.qkv_bytes)),
     stat("cost-skipped", "tiles skipped (empty) / partial / full", t.empty,
       `${t.empty.toLocaleString("en")} / ${t.partial.toLocaleString("en")} / ${t.full.toLocaleString("en")} of ${t.total.toLocaleString("en")}`),
   ]);
@@ -90,10 +100,37 @@ function render(data) {
   key.querySelector(".full").style.background = heat(1);
   $("#cost-result").replaceChildren(
     scrollBox([table], "sizes, work and memory"),
+    el("p", { cls: "note", "data-testid": "cost-memory-words" }, memoryWords(data)),
     el("h4", {}, `the kernel's tiles for this mask (${data.mask_description}), from qkv.engine.block_map`),
     canvas, key);
   renderTask(data);
   announce(`n ${data.n}: ${big(data.entries)} scores; naive memory ${bytes(data.naive_bytes)}, qkv ${bytes(data.qkv_bytes)}; ${t.empty} of ${t.total} tiles skipped`);
+}
+
+/** What qkv's memory row counts, in the kernel's own terms. */
+function memoryLabel(data) {
+  const [r, c] = data.block;
+  if (data.small_problem) return `qkv's memory: one ${r} × ${c} block of scores (n² ≤ ${data.small_limit.toLocaleString("en")}: no tiling) + output`;
+  const w = data.workers_in_use;
+  return `qkv's memory: one ${r} × ${c} tile for each of ${w} worker${w === 1 ? "" : "s"} at work + output`;
+}
+
+/** Why the two memory figures differ (or do not), from the numbers in the table. */
+function memoryWords(data) {
+  const n = data.n.toLocaleString("en");
+  const ratio = data.naive_bytes / data.qkv_bytes;
+  if (data.small_problem) {
+    return `At n = ${n} the whole score matrix has ${big(data.entries)} entries, no more than ` +
+      `the ${data.small_limit.toLocaleString("en")} below which qkv does not tile: it computes ` +
+      `the scores in one block, as the naive way does, but turns them into weights in place, ` +
+      `so it keeps one n × n matrix where the naive way keeps two ` +
+      `(${bytes(data.qkv_bytes)} against ${bytes(data.naive_bytes)}).`;
+  }
+  const [r, c] = data.block;
+  return `At n = ${n} qkv never holds the n × n matrix: ${data.workers_in_use} ` +
+    `${data.workers_in_use === 1 ? "worker holds" : "workers hold"} one ${r} × ${c} tile each, ` +
+    `so its memory is ${bytes(data.qkv_bytes)} against the naive ${bytes(data.naive_bytes)}` +
+    (ratio >= 1.05 ? ` (${ratio.toFixed(1)}× less).` : ".");
 }
 
 const SKIP = 0.8; // the task: qkv skips at least this share of the kernel's tiles
@@ -119,6 +156,10 @@ function renderTask(data) {
 export function mount(section) {
   root = section;
   $("#growth-run").addEventListener("click", askGrowth);
+  $("#recall-length").addEventListener("change", () => curves && renderCurves(curves));
+  $("#recall-new").addEventListener("click", askRandom);
+  $("#recall-n").addEventListener("change", askRandom);
+  $("#recall-run").addEventListener("click", askEdited);
   $("#growth-max").addEventListener("change", askGrowth);
   $("#cost-n").addEventListener("input", () => {
     state.cost.n = 2 ** Number($("#cost-n").value);
@@ -168,7 +209,8 @@ function renderGrowth(g) {
   const nMax = Math.max(...series.flatMap((s) => s.points.map((p) => p.x)));
   const xt = [];
   for (let n = 64; n <= nMax; n *= 4) xt.push(n);
-  const chart = lineChart({ testid: "growth-chart", width: 600, height: 320, left: 78,
+  const W = chartWidth($("#growth"));
+  const chart = lineChart({ testid: "growth-chart", width: W, height: Math.round(W * 0.56), left: 78,
     label: "time against n, log–log: dense, causal, window and a state-space scan; filled dots timed live, hollow squares shipped",
     x: { label: "n (sequence length), log scale", log: true, domain: [48, nMax * 1.3], ticks: xt,
       format: (n) => (n >= 1024 ? `${n / 1024}k` : String(n)) },
@@ -223,27 +265,185 @@ function renderGrowth(g) {
   }
   $("#growth").replaceChildren(
     el("h4", {}, "Time against n: O(n²) against a linear scan"), chart, table,
-    el("div", { "data-testid": "growth-words" }, words.map((w) => el("p", {}, w))),
-    el("p", { "data-testid": "growth-buys" }, g.evidence ? buysSentence(g.evidence) :
-      `What the n² buys is measured on the shipped models, which cannot be loaded here: ` +
-      `${g.evidence_missing}.`));
+    el("div", { "data-testid": "growth-words" }, words.map((w) => el("p", {}, w))));
 }
 
-// What the quadratic cost buys, written from the shipped models' held-out scores.
-function buysSentence(ev) {
-  const fa = ev.farback;
-  const near = (a) => (Math.abs(a - 0.5) < 0.06 ? " — near chance" : "");
-  const s2 = ev.seq2seq;
-  const longest = s2.attention.length - 1;
-  const bucket = s2.attention[longest].lengths;
-  const buys = `What the n² buys, measured on the shipped models: far back, attention answers ` +
-    `${fa.attention.accuracy.toFixed(3)} of ${ev.farback_held_out.toLocaleString("en")} held-out series right ` +
-    `(worst lag bucket ${fa.attention.worst_accuracy.toFixed(3)}), the GRU ${fa.gru.accuracy.toFixed(3)}` +
-    `${near(fa.gru.accuracy)}, the learned recency average ${fa.recency.accuracy.toFixed(3)}${near(fa.recency.accuracy)}. ` +
-    `Encoder–decoder, inputs of ${bucket[0]}–${bucket[1]} symbols: attention gets ` +
-    `${s2.attention[longest].token_accuracy.toFixed(3)} of the symbols right, the fixed context vector ` +
-    `${s2.fixed[longest].token_accuracy.toFixed(3)} (${ev.seq2seq_per_bucket.toLocaleString("en")} held-out inputs per length bucket).`;
-  return buys;
+/** A chart's drawing width: the width it will be shown at (so its 13 px text stays 13 px on a
+ * phone, not scaled down to 7), between 320 and 600. */
+function chartWidth(box) {
+  const shown = box.clientWidth || box.parentElement.clientWidth || 600;
+  return Math.max(320, Math.min(600, Math.floor(shown)));
+}
+
+// -- what the n² buys: recall (MQAR), the shipped attention and state-space models -----------
+const curvesChannel = new Channel(name, "/api/cost/recall/curves", renderCurves);
+const recallChannel = new Channel(name, "/api/cost/recall", renderRecall);
+let recallAsked = false;
+let recallSeed = 0;
+let curves = null;
+const GOOD = 0.9; // "answers well": at least this share of the asked keys
+
+const kindLabel = (m) => (m.n_state === null ? "attention" : `state-space, N = ${m.n_state}`);
+const pct = (a) => `${(100 * a).toFixed(1)}%`;
+const plural = (k, one, many) => `${k.toLocaleString("en")} ${k === 1 ? one : many}`;
+
+/** The two sentences on a fixed-size state and the test, from the shipped run's numbers. */
+function introWords(c) {
+  const ssm = c.models.filter((m) => m.n_state !== null);
+  const sizes = ssm.map((m) => `${c.d_model} × ${m.n_state} = ` +
+    `${m.state_floats_per_layer.toLocaleString("en")}`).join(" or ");
+  return [
+    `Mamba (Gu & Dao, 2023) and the state-space models before it read a sequence once, left to ` +
+    `right, folding each token into a state of fixed size — here ${sizes} numbers per layer, ` +
+    `whatever n is — so their time grows as n, not n². But a fixed-size state is all such a ` +
+    `model keeps of the past: whatever it will be asked later must fit into those numbers, ` +
+    `while attention keeps every token and compares the question with each of them.`,
+    `The test is multi-query associative recall (MQAR, from “Zoology”, Arora et al. 2023): ` +
+    `key–value pairs, then every key asked once; the model must name each key's value. Three ` +
+    `models of two layers were trained the same way (${c.steps.toLocaleString("en")} steps on ` +
+    `lengths ${c.train_lengths.join(" and ")}), differing only in their mixers: ` +
+    c.models.map((m) => `${kindLabel(m)} ${m.mixer_parameters.toLocaleString("en")} ` +
+      `parameters`).join(", ") + ".",
+  ];
+}
+
+/** For one model at one length: up to how many pairs it answers well, and where it falls. */
+function reach(m, length) {
+  const cells = m.cells.filter((r) => r.length === length);
+  const first = cells.find((r) => r.accuracy < GOOD);
+  const last = cells[cells.length - 1];
+  if (!first) return `${kindLabel(m)} answers at least ${pct(GOOD)} at every pair count, ` +
+    `${pct(last.accuracy)} with ${last.pairs} pairs`;
+  const at = `${kindLabel(m)} falls below ${pct(GOOD)} at ` +
+    `${plural(first.pairs, "pair", "pairs")} (${pct(first.accuracy)})`;
+  return first === last ? at : `${at} and answers ${pct(last.accuracy)} with ${last.pairs}`;
+}
+
+function renderCurves(c) {
+  curves = c;
+  $("#recall-range").textContent = `keys are numbers from 1 to ${c.n_keys}, values from 1 to ` +
+    `${c.n_values}`;
+  $("#recall-n").max = String(c.n_keys);
+  const pick = $("#recall-length");
+  if (!pick.options.length) {
+    c.eval_lengths.forEach((n) => pick.append(el("option", { value: String(n) },
+      `${n}${c.train_lengths.includes(n) ? "" : " (longer than trained)"}`)));
+    pick.value = String(Math.max(...c.train_lengths));
+  }
+  const length = Number(pick.value);
+  const series = c.models.map((m, k) => ({ name: kindLabel(m), color: PALETTE[k],
+    points: m.cells.filter((r) => r.length === length).map((r) => ({ x: r.pairs, y: r.accuracy,
+      title: `${kindLabel(m)}, ${r.pairs} pairs: ${r.correct} of ${r.answers} right` })) }));
+  const pairs = series[0].points.map((p) => p.x);
+  const W = chartWidth($("#recall-curves"));
+  const chart = lineChart({ testid: "recall-chart", width: W, height: Math.round(W * 0.56),
+    label: `held-out recall accuracy against the number of key–value pairs at length ${length}`,
+    x: { label: "key–value pairs, log scale", log: true,
+      domain: [pairs[0] / 1.3, pairs[pairs.length - 1] * 1.3], ticks: pairs, format: String },
+    y: { label: "accuracy", domain: [0, 1], ticks: [0, 0.25, 0.5, 0.75, 1], format: (v) => v.toFixed(2) },
+    refY: { value: 1 / c.n_values, label: `chance (1 in ${c.n_values})` },
+    series, caption: `held-out: ${c.per_cell} sequences per cell; trained by ${c.command}` });
+  const head = el("tr", {}, ["length", "pairs", ...c.models.map(kindLabel)].map((t) => el("th", {}, t)));
+  const rows = c.models[0].cells.map((cell) => el("tr", {}, [
+    el("td", {}, String(cell.length)), el("td", {}, String(cell.pairs)),
+    ...c.models.map((m) => {
+      const r = m.cells.find((x) => x.length === cell.length && x.pairs === cell.pairs);
+      return el("td", { "data-testid": `recall-acc-${m.kind}-${r.length}-${r.pairs}`,
+        "data-value": r.accuracy, title: `${r.correct} of ${r.answers}` }, r.accuracy.toFixed(3));
+    })]));
+  const table = scrollBox([el("table", { cls: "matrix", "data-testid": "recall-table" }, [
+    el("caption", {}, "held-out accuracy at the asked keys, every length and pair count"),
+    head, ...rows])], "recall accuracy per length and pairs");
+  $("#recall-intro").replaceChildren(...introWords(c).map((w) => el("p", {}, w)));
+  $("#recall-curves").replaceChildren(chart,
+    el("p", { "data-testid": "recall-words" }, `At length ${length}` +
+      (c.train_lengths.includes(length) ? "" : " (longer than any training sequence)") + ": " +
+      c.models.map((m) => reach(m, length)).join("; ") + "."),
+    table);
+}
+
+/** "3:17 9:4 …" → [[3, 17], [9, 4], …]; a sentence naming the first thing that is not a pair. */
+function parsePairs(text) {
+  const out = [];
+  for (const item of text.split(/[\s,;]+/).filter(Boolean)) {
+    const m = /^(\d+)\s*[:=]\s*(\d+)$/.exec(item);
+    if (!m) throw new Error(`pairs: write each pair as key:value, e.g. 3:17 — “${item}” is not one`);
+    out.push([Number(m[1]), Number(m[2])]);
+  }
+  if (!out.length) throw new Error("pairs: write at least one pair as key:value, e.g. 3:17");
+  return out;
+}
+
+function parseAsked(text) {
+  const items = text.split(/[\s,;]+/).filter(Boolean);
+  const bad = items.find((k) => !/^\d+$/.test(k));
+  if (bad !== undefined) throw new Error(`asked keys: write key numbers separated by spaces — “${bad}” is not one`);
+  if (!items.length) throw new Error("asked keys: ask at least one key");
+  return items.map(Number);
+}
+
+/** New random pairs, as many as the pairs field says (1 … the number of keys). */
+function askRandom() {
+  const n = Number($("#recall-n").value);
+  const most = Number($("#recall-n").max);
+  if (!Number.isInteger(n) || n < 1 || n > most) {
+    showError(name, new Error(`pairs: choose a whole number of pairs from 1 to ${most}`));
+    return;
+  }
+  recallSeed += 1;
+  recallChannel.send({ seed: recallSeed, n_pairs: n });
+}
+
+function askEdited() {
+  try {
+    recallChannel.send({ pairs: parsePairs($("#recall-pairs").value),
+      asked: parseAsked($("#recall-asked").value) });
+  } catch (err) {
+    showError(name, err);
+  }
+}
+
+function renderRecall(r) {
+  $("#recall-pairs").value = r.pairs.map(([k, v]) => `${k}:${v}`).join(" ");
+  $("#recall-asked").value = r.asked.join(" ");
+  $("#recall-n").value = String(r.pairs.length);
+  const head = el("tr", {}, ["asked key", "stored value", ...r.models.map(kindLabel)]
+    .map((t) => el("th", {}, t)));
+  const rows = r.models[0].answers.map((a, i) => el("tr", {}, [
+    el("td", {}, String(a.key)), el("td", {}, String(a.expected)),
+    ...r.models.map((m) => {
+      const b = m.answers[i];
+      return el("td", { "data-testid": `recall-answer-${m.kind}-${i}`, "data-value": b.answer ?? "",
+        cls: b.correct ? "right" : "wrong" },
+      `${b.correct ? "✓" : "✗"} ${b.answer === null ? "not a value" : b.answer} ` +
+        `(${b.probability.toFixed(2)})`);
+    })]));
+  const table = scrollBox([el("table", { cls: "matrix", "data-testid": "recall-answers" }, [
+    el("caption", {}, `${plural(r.asked.length, "question", "questions")} on ` +
+      `${plural(r.pairs.length, "pair", "pairs")}: each model's answer and its probability`),
+    head, ...rows])], "each model's answers");
+  const said = `On this sequence (${plural(r.pairs.length, "pair", "pairs")}, ${r.length} tokens): ` +
+    r.models.map((m) => `${kindLabel(m)}: ${m.correct} of ${m.total} right`).join("; ") + ".";
+  $("#recall-result").replaceChildren(el("p", { "data-testid": "recall-said" }, said), table);
+  renderRecallTask(r);
+  announce(said);
+}
+
+/** The task: a sequence where attention answers every question and the small state misses one. */
+function renderRecallTask(r) {
+  const box = $('[data-testid="task-recall"]');
+  const att = r.models.find((m) => m.kind === "attention");
+  const small = r.models.find((m) => m.kind === "ssm-small");
+  const done = att.correct === att.total && small.correct < small.total;
+  const said = `with ${plural(r.pairs.length, "pair", "pairs")}, attention answers ` +
+    `${att.correct} of ${att.total} and the N = ${small.n_state} state-space model ` +
+    `${small.correct} of ${small.total}`;
+  box.classList.toggle("done", done);
+  box.textContent = done
+    ? `✓ ${said[0].toUpperCase()}${said.slice(1)}: its fixed-size state lost a pair that ` +
+      `attention, which keeps every token, still finds.`
+    : `Not yet: ${said}` + (att.correct < att.total
+      ? "; attention must answer every question too." : "; add pairs until the small state misses one.");
 }
 
 export function sync() {}
