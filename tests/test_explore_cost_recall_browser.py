@@ -8,39 +8,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from page_checks import DESKTOP, PHONE, assert_fits
+from page_checks import PHONE, assert_fits
 from qkv.tasks import mqar
 from test_explore_browser import idle, shown
-from test_explore_lesson_views import api, assert_verdict, check_everywhere
+from test_explore_lesson_views import api, assert_verdict, check_everywhere, desk, phone  # noqa: F401  (desk, phone: fixtures)
 from test_explore_views import _page, browser, open_view, server_url, shot  # noqa: F401
 
 pytestmark = pytest.mark.slow
-WAIT_MS = 180_000
-
-
-def _open(browser, server_url, viewport):  # noqa: F811
-    context, pg, outside, problems = _page(browser, server_url, viewport)
-    pg.set_default_timeout(WAIT_MS)
-    return context, pg, outside, problems
-
-
-@pytest.fixture
-def desk(browser, server_url):  # noqa: F811
-    context, pg, outside, problems = _open(browser, server_url, DESKTOP)
-    pg.on("console", lambda m: problems.remove(f"console {m.type}: {m.text}")
-          if m.type == "error" and "status of 422" in m.text
-          and f"console {m.type}: {m.text}" in problems else None)
-    yield pg
-    context.close()
-    assert outside == [] and problems == []
-
-
-@pytest.fixture
-def phone(browser, server_url):  # noqa: F811
-    context, pg, outside, problems = _open(browser, server_url, PHONE)
-    yield pg
-    context.close()
-    assert outside == [] and problems == []
 
 
 def library_answers(pairs, asked) -> dict[str, list]:
@@ -89,7 +63,7 @@ def assert_recall_task(page) -> None:
                    f"state-space model {small} of {len(asked)}")
 
 
-def test_cost_view_shows_what_the_n2_buys_as_the_library_computes_it(desk):
+def test_cost_view_shows_what_the_n2_buys_as_the_library_computes_it(desk):  # noqa: F811
     open_view(desk, "cost")
     desk.get_by_test_id("recall-table").wait_for()
     desk.get_by_test_id("recall-answers").wait_for()
@@ -136,7 +110,7 @@ def test_cost_view_shows_what_the_n2_buys_as_the_library_computes_it(desk):
     shot(desk, "cost-recall.png")
 
 
-def test_an_edited_sequence_is_answered_and_bad_edits_are_refused_in_words(desk):
+def test_an_edited_sequence_is_answered_and_bad_edits_are_refused_in_words(desk):  # noqa: F811
     open_view(desk, "cost")
     desk.get_by_test_id("recall-answers").wait_for()
     idle(desk)
@@ -162,7 +136,7 @@ def test_an_edited_sequence_is_answered_and_bad_edits_are_refused_in_words(desk)
         check_everywhere(desk)
 
 
-def test_the_memory_row_explains_itself_at_small_n(desk):
+def test_the_memory_row_explains_itself_at_small_n(desk):  # noqa: F811
     open_view(desk, "cost")
     desk.get_by_test_id("cost-n").fill("4")  # n = 16
     idle(desk)
@@ -182,7 +156,7 @@ CHART_TEXT = """() => Array.from(document.querySelectorAll(
                  t.ownerSVGElement.viewBox.baseVal.width])"""
 
 
-def test_view_6_on_a_phone_fits_and_its_chart_text_is_legible(phone):
+def test_view_6_on_a_phone_fits_and_its_chart_text_is_legible(phone):  # noqa: F811
     open_view(phone, "cost")
     phone.get_by_test_id("growth-slopes").wait_for()
     phone.get_by_test_id("recall-table").wait_for()
