@@ -7,7 +7,7 @@ head with one thread each.
 
 The loop is the kernel's own recurrence (FlashAttention-2's, ``qkv.engine.step``'s contract) on
 the default tile sizes of :class:`qkv.engine.KernelConfig`, written out here so each part can be
-timed. Best of ``--rounds`` passes over the head.
+timed, with the GEMMs :mod:`qkv.engine.gemm` chooses (``--gemm numpy`` for NumPy's BLAS). Best of ``--rounds`` passes over the head.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import numpy as np
 import threadpoolctl
 
 import qkv
-from qkv.engine import KernelConfig, step
+from qkv.engine import KernelConfig, gemm, step
 
 
 def best(fn, rounds: int) -> float:
@@ -43,9 +43,12 @@ def main(argv=None) -> int:
     parser.add_argument("--n", type=positive, default=2048, help="queries = keys (2048)")
     parser.add_argument("--d", type=positive, default=64, help="head dimension (64)")
     parser.add_argument("--rounds", type=positive, default=7)
+    parser.add_argument("--gemm", choices=gemm.GEMMS, default="auto",
+                        help="who computes the tile GEMMs (default auto: see qkv.engine.gemm)")
     args = parser.parse_args(argv)
     n, d = args.n, args.d
-    cfg = KernelConfig()
+    cfg = KernelConfig(gemm=args.gemm)
+    use = cfg.resolved_gemm()
     tq, tk = min(cfg.tile_q, n), min(cfg.key_tile(masked=False), n)
     rng = np.random.default_rng(0)
     q, k, v = (rng.standard_normal((n, d), dtype=np.float32) for _ in range(3))
@@ -64,12 +67,12 @@ def main(argv=None) -> int:
             for k0 in range(0, n, tk):
                 cols = min(tk, n - k0)
                 t0 = time.perf_counter()
-                s = np.matmul(k[k0:k0 + cols], q_scaled[q0:q0 + rows].T,
-                              out=s_buf[:cols * rows].reshape(cols, rows))  # (tk, tq)
+                s = gemm.matmul(k[k0:k0 + cols], q_scaled[q0:q0 + rows].T,
+                                out=s_buf[:cols * rows].reshape(cols, rows), use=use)  # (tk, tq)
                 t1 = time.perf_counter()
                 compiled.online_softmax(s[None], None, m, row_sum, acc[None])
                 t2 = time.perf_counter()
-                acc += s.T @ v[k0:k0 + cols]
+                gemm.matmul(s.T, v[k0:k0 + cols], acc, accumulate=True, use=use)
                 t3 = time.perf_counter()
                 parts[:] += (t1 - t0, t2 - t1, t3 - t2)
 
@@ -84,14 +87,17 @@ def main(argv=None) -> int:
             rounds.append((time.perf_counter() - t0, *parts))
         total, s_gemm, step_s, pv_gemm = min(rounds)
         s_tile = np.empty((tk, tq), np.float32)
-        alone_s = best(lambda: np.matmul(k[:tk], q_scaled[:tq].T, out=s_tile), 20)
+        alone_s = best(lambda: gemm.matmul(k[:tk], q_scaled[:tq].T, out=s_tile, use=use), 20)
         p_tile = np.abs(s_tile)
-        alone_pv = best(lambda: p_tile.T @ v[:tk], 20)
-        with qkv.engine.kernel_config(workers=1):
+        pv_out = np.zeros((tq, d), np.float32)
+        alone_pv = best(lambda: gemm.matmul(p_tile.T, v[:tk], pv_out, accumulate=True, use=use),
+                        20)
+        with qkv.engine.kernel_config(workers=1, gemm=args.gemm):
             q4, k4, v4 = (x[None, None] for x in (q, k, v))
             whole = best(lambda: qkv.attention(q4, k4, v4), args.rounds)
     tile_flops = 2 * tq * tk * d
-    print(f"one head, N={n}, D={d}, float32, one thread, tiles {tq} queries × {tk} keys")
+    print(f"one head, N={n}, D={d}, float32, one thread, tiles {tq} queries × {tk} keys; "
+          f"GEMMs: {gemm.describe(args.gemm)}")
     print(f"  score GEMM  {s_gemm * 1e3:6.2f} ms  {flops / s_gemm / 1e9:5.1f} GFLOP/s in the loop,"
           f" {tile_flops / alone_s / 1e9:5.1f} alone")
     print(f"  tile step   {step_s * 1e3:6.2f} ms  {step_s / (n * n) * 1e9:5.2f} ns a score "

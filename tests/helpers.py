@@ -7,13 +7,15 @@ import contextlib
 import numpy as np
 import pytest
 
-from qkv.engine import has_numba, kernel_config
+from qkv.engine import current, has_numba, kernel_config
 
 # Every path of the kernel, at sizes small enough for property tests:
 #   small   — all heads at once (one tile step over every row);
 #   tiled   — online softmax over tiles of 8 queries × 16 keys, one thread, partial tiles split
 #             into quadrants down to 2 × 2;
 #   threads — the same tiles, unsplit, on a pool of threads.
+# The tiled path's GEMMs are the default choice (MKL on an Intel CPU with the qkv[mkl] extra),
+# the threads path's NumPy's: both are held to every tolerance (qkv.engine.gemm).
 KERNEL_PATHS = ("small", "tiled", "threads")
 # Both tile steps: NumPy (always there) and compiled (the qkv[fast] extra, Numba).
 BACKENDS = ("numpy", "compiled")
@@ -31,6 +33,7 @@ def kernel_path(path: str, backend: str = "numpy"):
         split_min=2 if path == "tiled" else 1 << 30,
         workers=2 if path == "threads" else None,
         backend=backend,
+        gemm="numpy" if path == "threads" else current().gemm,
     ) as config:
         yield config
 

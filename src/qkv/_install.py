@@ -29,6 +29,7 @@ EXTRA_OF = {
     "safetensors": "train",
     "threadpoolctl": "fast",
     "numba": "fast",
+    "mkl": "mkl",
     "tokenizers": "model",
     "scipy": "model",
     "fastapi": "explore",

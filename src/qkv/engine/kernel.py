@@ -30,8 +30,8 @@ import math
 import numpy as np
 
 from . import dropout as dropout_rule
+from . import gemm, threads
 from . import step as steps
-from . import threads
 from .masks import EMPTY, PARTIAL
 from .problem import Problem, check_narrowing, output_fix
 from .scratch import Scratch
@@ -106,11 +106,12 @@ def _softcap(p: Problem, s: np.ndarray) -> np.ndarray | None:
     return t
 
 
-def _tile_scores(p: Problem, q_scaled, k, b, h, qi, kj, *, keep_tanh=False, out=None):
+def _tile_scores(p: Problem, q_scaled, k, b, h, qi, kj, *, keep_tanh=False, out=None,
+                 use="numpy"):
     """Sᵀ = k (q · scale)ᵀ (softcapped, + bias): one tile's scores in natural units, transposed
-    ``(tk, tq)`` (into ``out`` if given) — with ``keep_tanh``, ``(Sᵀ, tanh)`` for the softcap's
-    derivative."""
-    s = np.matmul(k, q_scaled.T, out=out)
+    ``(tk, tq)`` (into ``out`` if given; the GEMM by ``use``, see :mod:`.gemm`) — with
+    ``keep_tanh``, ``(Sᵀ, tanh)`` for the softcap's derivative."""
+    s = gemm.matmul(k, q_scaled.T, out=out, use=use)
     t = _softcap(p, s)
     if p.bias is not None:
         s += np.asarray(p.bias.tile(qi, kj, b, h)).T
@@ -154,16 +155,23 @@ def _bad_rows(p: Problem, x: np.ndarray) -> np.ndarray | None:
     return bad if bad.any() else None
 
 
-def _dot(weights: np.ndarray, x: np.ndarray, bad: np.ndarray | None) -> np.ndarray:
-    """``weights @ x`` (R, T) @ (T, D), where rows of x flagged ``bad`` (non-finite) reach only
-    the output rows that give them a non-zero weight — as the formula says, not as 0 · NaN."""
+def _dot(weights: np.ndarray, x: np.ndarray, bad: np.ndarray | None,
+         into: np.ndarray | None = None, use: str = "numpy") -> np.ndarray:
+    """``weights @ x`` (R, T) @ (T, D) — added to ``into`` (R, D) if given — where rows of x
+    flagged ``bad`` (non-finite) reach only the output rows that give them a non-zero weight:
+    as the formula says, not as 0 · NaN. The GEMM by ``use`` (see :mod:`.gemm`)."""
     if bad is None or not bad.any():
-        return weights @ x
+        if into is None:
+            return gemm.matmul(weights, x, use=use)
+        return gemm.matmul(weights, x, into, accumulate=True, use=use)
     result = weights @ np.where(bad[:, None], 0, x)
     uses_bad = (weights[:, bad] != 0).any(axis=1)
     if uses_bad.any():
         result[uses_bad] += weights[np.ix_(uses_bad, bad)] @ x[bad]
-    return result
+    if into is None:
+        return result
+    into += result
+    return into
 
 
 def _planes_dot(p: Problem, weights: np.ndarray, x: np.ndarray) -> np.ndarray:
@@ -274,6 +282,7 @@ def _forward_tiled_work(p, cfg, step, out, lse, scratch):
     keys = _head_rows(p, "k")
     values = None if out is None else _head_rows(p, "v")
     c = p.compute
+    use = cfg.resolved_gemm()
     # float32 and float64 accumulate straight into the output's rows (zeros, C-contiguous):
     # no accumulator to allocate and copy per item. float16 accumulates in float32.
     direct = out is not None and p.dtype == c
@@ -292,7 +301,7 @@ def _forward_tiled_work(p, cfg, step, out, lse, scratch):
         for r0, r1, k0, k1, kind, block in planner.tiles(b, h, q0, q1):
             qi, kj = p.q_pos[q0 + r0: q0 + r1], p.k_pos[k0:k1]
             s = _tile_scores(p, q_scaled[r0:r1], k_rows(k0, k1), b, h, qi, kj,
-                             out=scratch.tile(worker_id, k1 - k0, r1 - r0, c))  # (tk, tr)
+                             out=scratch.tile(worker_id, k1 - k0, r1 - r0, c), use=use)  # (tk, tr)
             step.online_softmax(s[None], _allowed_t(kind, block), m[None, r0:r1],
                                 row_sum[None, r0:r1], None if acc is None else acc[None, r0:r1])
             if acc is not None:  # acc += P V: (tr, tk) @ (tk, Dv)
@@ -300,7 +309,7 @@ def _forward_tiled_work(p, cfg, step, out, lse, scratch):
                 if kept is not None:  # dropout after the softmax's sums: ℓ is undropped
                     s *= kept
                 v_tile = v_rows(k0, k1)
-                acc[r0:r1] += _dot(s.T, v_tile, _bad_rows(p, v_tile))
+                _dot(s.T, v_tile, _bad_rows(p, v_tile), acc[r0:r1], use)
         lse_flat[b, h, q0:q1] = _finish(m, row_sum, acc)
         if acc is not None and not direct:
             _store(p, out_flat[b, h, q0:q1], acc)
@@ -519,6 +528,7 @@ def weights(p: Problem) -> np.ndarray:
     else:
         planner = _plan(p, cfg, cfg.tile_k, cfg.key_tile(False))
         q, k = p.flat(p.q), _in_compute(p, p.k)
+        use = cfg.resolved_gemm()
         items = [(b, h, q0, q1) for q0, q1 in blocks(p.nq, cfg.tile_q)
                  for b in range(p.batch_size) for h in range(p.hq)]
 
@@ -528,7 +538,8 @@ def weights(p: Problem) -> np.ndarray:
             k_bh = k[b, h // p.group].astype(c, copy=False)
             for r0, r1, k0, k1, kind, block in planner.tiles(b, h, q0, q1):
                 qi, kj = p.q_pos[q0 + r0: q0 + r1], p.k_pos[k0:k1]
-                s = _tile_scores(p, q_scaled[r0:r1], k_bh[k0:k1], b, h, qi, kj)  # (tk, tr)
+                s = _tile_scores(p, q_scaled[r0:r1], k_bh[k0:k1], b, h, qi, kj,
+                                 use=use)  # (tk, tr)
                 step.probabilities(s[None], _allowed_t(kind, block),
                                    lse_flat[None, b, h, q0 + r0: q0 + r1])
                 flat[b, h, q0 + r0: q0 + r1, k0:k1] = s.T
@@ -736,6 +747,7 @@ def _own_row_max(p: Problem, cfg: KernelConfig, path: str) -> np.ndarray:
         return top
     scale = c.type(p.scale)
     q, k = p.flat(p.q), _in_compute(p, p.k)
+    use = cfg.resolved_gemm()
     planner = _plan(p, cfg, cfg.tile_k, cfg.tile_k, align=cfg.tile_k)
     for b, hk in np.ndindex(p.batch_size, p.hkv):
         k_bh = k[b, hk].astype(c, copy=False)
@@ -745,7 +757,8 @@ def _own_row_max(p: Problem, cfg: KernelConfig, path: str) -> np.ndarray:
             q_scaled = q[b, h, q0:q1].astype(c) * scale  # (tq, Dk), as _backward_tiled's
             for r0, r1, t0, t1, kind, block in planner.tiles(b, h, q0, q1, (k0, k1)):
                 s = _tile_scores(p, q_scaled[r0:r1], k_bh[t0:t1], b, h,
-                                 p.q_pos[q0 + r0: q0 + r1], p.k_pos[t0:t1])  # Sᵀ (tk, tr)
+                                 p.q_pos[q0 + r0: q0 + r1], p.k_pos[t0:t1],
+                                 use=use)  # Sᵀ (tk, tr)
                 allowed = _allowed_t(kind, block)
                 m = s.max(axis=0, initial=-np.inf, where=True if allowed is None else allowed[0])
                 np.maximum(top[b, h, q0 + r0: q0 + r1], m, out=top[b, h, q0 + r0: q0 + r1])
@@ -812,6 +825,7 @@ def _backward_tiled(p, cfg, step, delta, lse_f, dout_f, deterministic=False, dbi
     sum_parts: dict[int, np.ndarray] = {}  # per worker: Σ_j P, Σ_j dS per row (see backward)
     q, k, v = p.flat(p.q), _in_compute(p, p.k), _in_compute(p, p.v)
     q_blocks = blocks(p.nq, cfg.tile_q)
+    use = cfg.resolved_gemm()
     # Merged tiles stay within one work item's keys.
     planner = _plan(p, cfg, cfg.tile_k, cfg.tile_k, align=cfg.tile_k)
     items = [(b, hk, k0, k1) for b in range(p.batch_size) for hk in range(p.hkv)
@@ -845,14 +859,15 @@ def _backward_tiled(p, cfg, step, delta, lse_f, dout_f, deterministic=False, dbi
                     rows = slice(r0, r1)
                     qi, kj = p.q_pos[q0 + r0: q0 + r1], p.k_pos[t0:t1]
                     s, t = _tile_scores(p, q_scaled[rows], k_bh[t0:t1], b, h, qi, kj,
-                                        keep_tanh=True,
+                                        keep_tanh=True, use=use,
                                         out=scratch.tile(worker_id, t1 - t0, r1 - r0, c))
                     step.probabilities(s[None], _allowed_t(kind, block),
                                        lse_f[None, b, h, q0 + r0: q0 + r1])  # Pᵀ, recomputed
                     row_sums[0, b, h, q0 + r0: q0 + r1] += s.sum(axis=0)
                     kept = _kept(p, b, h, qi, kj, c)  # dropout: Z / (1 − rate), or None
-                    dv_acc[t0:t1] += (s if kept is None else s * kept) @ do_tile[rows]
-                    dp = v_bh[t0:t1] @ do_tile[rows].T  # dPᵀ (tk, tr)
+                    gemm.matmul(s if kept is None else s * kept, do_tile[rows], dv_acc[t0:t1],
+                                accumulate=True, use=use)  # dV += Pᵀ dO
+                    dp = gemm.matmul(v_bh[t0:t1], do_tile[rows].T, use=use)  # dPᵀ (tk, tr)
                     if kept is not None:
                         dp *= kept
                     step.softmax_grad(dp[None], s[None], delta[None, b, h, q0 + r0: q0 + r1])
@@ -862,10 +877,12 @@ def _backward_tiled(p, cfg, step, delta, lse_f, dout_f, deterministic=False, dbi
                     _softcap_grad(dp, t)
                     # dSᵀ (Q · scale): the forward's own q·scale, which is in range — Q alone
                     # times dS may overflow where the product with scale would not.
-                    dk_acc[t0:t1] += dp @ q_scaled[rows]  # (tk, Dk)
+                    gemm.matmul(dp, q_scaled[rows], dk_acc[t0:t1], accumulate=True,
+                                use=use)  # (tk, Dk)
                     if not deterministic:
                         dq[b, h, q0 + r0: q0 + r1] += _dot(  # dS K: (tr, Dk)
-                            dp.T, k_bh[t0:t1], None if bad_k is None else bad_k[t0:t1]) * scale
+                            dp.T, k_bh[t0:t1], None if bad_k is None else bad_k[t0:t1],
+                            use=use) * scale
 
     with scratch:
         _run(p, cfg, worker, items, passes=2.5)
@@ -897,17 +914,17 @@ def _backward_tiled(p, cfg, step, delta, lse_f, dout_f, deterministic=False, dbi
             for r0, r1, t0, t1, kind, block in planner.tiles(b, h, q0, q1):  # key tiles in order
                 qi, kj = p.q_pos[q0 + r0: q0 + r1], p.k_pos[t0:t1]
                 s, t = _tile_scores(p, q_scaled[r0:r1], k_bh[t0:t1], b, h, qi, kj,
-                                    keep_tanh=True)
+                                    keep_tanh=True, use=use)
                 step.probabilities(s[None], _allowed_t(kind, block),
                                    lse_f[None, b, h, q0 + r0: q0 + r1])
-                dp = v_bh[t0:t1] @ do_tile[r0:r1].T
+                dp = gemm.matmul(v_bh[t0:t1], do_tile[r0:r1].T, use=use)
                 kept = _kept(p, b, h, qi, kj, c)
                 if kept is not None:
                     dp *= kept
                 step.softmax_grad(dp[None], s[None], delta[None, b, h, q0 + r0: q0 + r1])
                 _softcap_grad(dp, t)
                 dq[b, h, q0 + r0: q0 + r1] += _dot(
-                    dp.T, k_bh[t0:t1], None if bad_k is None else bad_k[t0:t1]) * scale
+                    dp.T, k_bh[t0:t1], None if bad_k is None else bad_k[t0:t1], use=use) * scale
 
     _run(p, cfg, dq_worker, dq_items, passes=1.5)
     return dq, dk, dv

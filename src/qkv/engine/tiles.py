@@ -26,6 +26,8 @@ from dataclasses import dataclass, field, fields, replace
 
 import numpy as np
 
+from . import gemm
+from .gemm import GEMMS
 from .masks import EMPTY, FULL, KIND_NAMES, PARTIAL, BoundMask, Layout, Mask
 
 BACKENDS = ("auto", "compiled", "numpy")
@@ -89,6 +91,8 @@ class KernelConfig:
     - ``workers``: threads for tiles (None: ``QKV_NUM_THREADS`` or the usable cores).
     - ``backend``: "compiled" (Numba, the ``qkv[fast]`` extra), "numpy", or "auto" (compiled if
       Numba is installed). float64 always runs the NumPy step (it is the exactness dtype).
+    - ``gemm``: who computes the tile GEMMs — "mkl" (the ``qkv[mkl]`` extra), "numpy", or
+      "auto" (MKL if installed on an Intel CPU; :mod:`.gemm` says why).
     - ``stats``: a :class:`TileStats` to fill, or None.
     """
 
@@ -100,6 +104,7 @@ class KernelConfig:
     thread_min_work: int = 1 << 22
     workers: int | None = None
     backend: str = "auto"
+    gemm: str = "auto"
     stats: TileStats | None = None
 
     def __post_init__(self):
@@ -111,6 +116,8 @@ class KernelConfig:
         if self.backend not in BACKENDS:
             raise ValueError(f"kernel_config: backend must be one of {BACKENDS}, "
                              f"got {self.backend!r}")
+        if self.gemm not in GEMMS:
+            raise ValueError(f"kernel_config: gemm must be one of {GEMMS}, got {self.gemm!r}")
         if self.workers is not None and (not isinstance(self.workers, int) or self.workers < 1):
             raise ValueError(f"kernel_config: workers must be a positive int or None, "
                              f"got {self.workers!r}")
@@ -134,6 +141,10 @@ class KernelConfig:
                 f"kernel_config(backend='compiled') needs Numba: {install_hint('fast')}",
                 name="numba")
         return self.backend
+
+    def resolved_gemm(self) -> str:
+        """"mkl" or "numpy": who computes this config's tile GEMMs."""
+        return gemm.resolve(self.gemm)
 
 
 _numba_found: bool | None = None  # find_spec's answer, looked up once per process
@@ -163,7 +174,8 @@ def cpu_workers() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-_default = KernelConfig(backend=os.environ.get("QKV_BACKEND", "auto"))
+_default = KernelConfig(backend=os.environ.get("QKV_BACKEND", "auto"),
+                        gemm=os.environ.get("QKV_GEMM", "auto"))
 _current: contextvars.ContextVar[KernelConfig] = contextvars.ContextVar("qkv_kernel_config",
                                                                          default=_default)
 
