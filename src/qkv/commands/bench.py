@@ -96,6 +96,11 @@ class Result:
     gemm_fraction: float = 0.0
     square_fraction: float = 0.0  # qkv's GFLOP/s over a large square GEMM's
     max_error: float = 0.0  # qkv vs torch (or naive), max abs difference
+    # the share of the n × n pairs qkv's tiles computed, and the least a mask allows (its
+    # allowed pairs): the work done, counted by the kernel (TileStats), beside the minimum
+    work_done: float = 1.0
+    work_min: float = 1.0
+    cores_busy: float = 0.0  # qkv's CPU time over its wall time in the timed runs
 
 
 # -- memory ------------------------------------------------------------------------------------
@@ -139,6 +144,33 @@ def qkv_mask(case: Case):
     if case.mask == "documents":
         return qkv.documents(np.repeat(np.arange(16), case.n // 16))
     return None
+
+
+def allowed_pairs(case: Case) -> float:
+    """The (query, key) pairs the case's mask allows: the least work any kernel must do."""
+    nk = case.nk or case.n
+    if case.mask == "causal":
+        return case.n * (case.n + 1) / 2
+    if case.mask == "window":
+        return sum(min(i + 1, 256) for i in range(case.n))
+    if case.mask == "documents":
+        return 16 * (case.n // 16) ** 2
+    return case.n * nk
+
+
+def work_counted(case: Case, run) -> tuple[float, float]:
+    """(pairs qkv's tiles computed, pairs the mask allows), each over n × nk: one run of the
+    forward counted by the kernel's own TileStats (the backward's plan is the same)."""
+    from qkv.engine import TileStats, kernel_config
+
+    stats = TileStats()
+    with kernel_config(stats=stats):
+        run()
+    total = case.heads * case.n * (case.nk or case.n)
+    done = stats.pairs["full"] + stats.pairs["partial"]
+    passes = 1 if not case.backward else max(1, round(sum(stats.pairs.values()) / total))
+    return (done / passes / total if stats.pairs else 1.0), allowed_pairs(case) / (
+        case.n * (case.nk or case.n))
 
 
 def flops(case: Case) -> float:
@@ -272,10 +304,11 @@ def gemm_probe(dim: int):
     kernel config, K = Dk as in attention), into preallocated outputs, run on qkv's thread pool
     with one BLAS thread per worker — the ceiling qkv's kernel works against. Timed beside every
     case, so the fraction uses the machine's rate at that moment. Returns (probe, flops)."""
-    from qkv.engine import current, threads
+    from qkv.engine import current, gemm, threads
     from qkv.engine.tiles import cpu_workers
 
     cfg = current()
+    use = cfg.resolved_gemm()  # the GEMM the kernel's tiles run on (qkv.engine.gemm)
     tq, tk = cfg.tile_q, cfg.key_tile(masked=False)
     rng = np.random.default_rng(0)
     a = rng.standard_normal((tq, dim), dtype=np.float32)
@@ -284,7 +317,8 @@ def gemm_probe(dim: int):
     outs = [np.empty((tq, tk), dtype=np.float32) for _ in range(workers)]
 
     def probe():
-        threads.run(lambda w, _: np.matmul(a, b, out=outs[w]), list(range(GEMM_COUNT)), workers)
+        threads.run(lambda w, _: gemm.matmul(a, b, out=outs[w], use=use),
+                    list(range(GEMM_COUNT)), workers)
 
     return probe, 2.0 * GEMM_COUNT * tq * dim * tk
 
@@ -329,15 +363,20 @@ def measure(case: Case, repeats: int, peers: tuple[str, ...] = ("qkv", "torch", 
     runners["qkv"]()
     result.peak_mib["qkv"] = tracemalloc.get_traced_memory()[1] / 2**20
     tracemalloc.stop()
+    result.work_done, result.work_min = work_counted(case, runners["qkv"])
     times = {name: [] for name in runners}
+    cpu = []  # qkv's runs: process CPU seconds (all threads) per wall second
     for _ in range(repeats):  # interleaved, so a noisy moment hits every peer alike
         for name, fn in runners.items():
             # the previous peer's BLAS/OpenMP threads may still spin: wait until they sleep
             if isolation is not None and isolation.method == "quiesce":
                 isolation.add(quiesce(isolation.interval_s, isolation.timeout_s))
-            start = time.perf_counter()
+            start, start_cpu = time.perf_counter(), time.process_time()
             fn()
             times[name].append(time.perf_counter() - start)
+            if name == "qkv":
+                cpu.append((time.process_time() - start_cpu) / times[name][-1])
+    result.cores_busy = float(np.median(cpu))
     gemm_seconds = float(np.median(times.pop("gemm")))
     result.seconds = {name: float(np.median(t)) for name, t in times.items()}
     result.gflops = flops(case) / result.seconds["qkv"] / 1e9
@@ -356,13 +395,20 @@ def measure(case: Case, repeats: int, peers: tuple[str, ...] = ("qkv", "torch", 
 def report_header(blas: str, backend: str, square: float, first: dict, isolation: str) -> None:
     header = (f"{'case':38} {'goal':>4} {'qkv ms':>9} {'torch ms':>9} {'qkv/torch':>9} "
               f"{'naive ms':>9} {'qkv/naive':>9} {'GFLOP/s':>8} {'of GEMM':>7} "
-              f"{'of sq.':>6} {'qkv MiB':>8} {'torch MiB':>9} {'max err':>8}")
-    print(f"BLAS: {blas}; {os.cpu_count()} cores; qkv tile step: {backend}.")
+              f"{'of sq.':>6} {'work':>5} {'min':>5} {'cores':>5} {'qkv MiB':>8} {'torch MiB':>9} "
+              f"{'max err':>8}")
+    from qkv.engine import current, gemm
+
+    print(f"BLAS: {blas}; {os.cpu_count()} cores; qkv tile step: {backend}; qkv's tile GEMMs: "
+          f"{gemm.describe(current().gemm)}.")
     print(f"Large square GEMM ({SQUARE}³, float32, BLAS threads): {square:.0f} GFLOP/s. "
           "'of GEMM': qkv's GFLOP/s over the BLAS's rate on the kernel's own tile GEMM "
           "(K = Dk), timed interleaved with each case; 'of sq.': over the square GEMM's rate. "
           "Either can exceed 1.0: masked cases count only the allowed pairs' work, and qkv's "
-          "threads may run the tile GEMMs faster than the probe did at that moment.")
+          "threads may run the tile GEMMs faster than the probe did at that moment. 'work': the "
+          "share of the n × n pairs qkv's tiles computed (counted by the kernel), 'min': the "
+          "share the mask allows; 'cores': qkv's CPU time over its wall time (2.00 = both of 2 "
+          "cores busy throughout).")
     if first:
         print("First call in a fresh process: " + ", ".join(
             k if math.isnan(v) else f"{k} {v:.2f} s" for k, v in first.items()))
@@ -374,7 +420,8 @@ def report_header(blas: str, backend: str, square: float, first: dict, isolation
 def report_row(r: Result) -> None:
     print(f"{r.case.name:38} {r.case.goal:>4} {_ms(r, 'qkv')} {_ms(r, 'torch')} "
           f"{_ratio(r, 'torch')} {_ms(r, 'naive')} {_ratio(r, 'naive')} {r.gflops:8.0f} "
-          f"{r.gemm_fraction:7.2f} {r.square_fraction:6.2f} {_mib(r, 'qkv')} "
+          f"{r.gemm_fraction:7.2f} {r.square_fraction:6.2f} {r.work_done:5.3f} {r.work_min:5.3f} "
+          f"{r.cores_busy:5.2f} {_mib(r, 'qkv')} "
           f"{_mib(r, 'torch'):>9} {r.max_error:8.1e}",
           flush=True)
 

@@ -205,15 +205,19 @@ def _quietly(fn):
     return wrapper
 
 
-def _run(p: Problem, cfg: KernelConfig, worker, items, passes: float = 1.0) -> None:
-    """Run the work items on the pool, sized by the problem's work (multiply-adds × passes)."""
+def _run(p: Problem, cfg: KernelConfig, worker, items, passes: float = 1.0,
+         tiled: bool = False) -> None:
+    """Run the work items on the pool, sized by the problem's work (multiply-adds × passes).
+    ``tiled``: the items' GEMMs go through :mod:`.gemm` — on MKL they never touch NumPy's
+    BLAS, so it is not held to one thread (that costs ~30–80 µs a call: threadpoolctl)."""
     work = passes * p.batch_size * p.hq * p.nq * p.nk * (p.dk + p.dv)
 
     def quiet_worker(worker_id: int, item) -> None:
         with p.quiet():
             worker(worker_id, item)
 
-    threads.run(quiet_worker, items, cfg.num_workers(work), hold_blas=work > BLAS_HOLD_MIN)
+    hold = work > BLAS_HOLD_MIN and not (tiled and cfg.resolved_gemm() == "mkl")
+    threads.run(quiet_worker, items, cfg.num_workers(work), hold_blas=hold)
 
 
 # --------------------------------------------------------------------------------------------
@@ -246,7 +250,7 @@ def forward(p: Problem, *, with_output: bool = True) -> tuple[np.ndarray | None,
 def _forward_tiled(p, cfg, step, out, lse) -> None:
     with Scratch() as scratch:
         items, worker = _forward_tiled_work(p, cfg, step, out, lse, scratch)
-        _run(p, cfg, worker, items)
+        _run(p, cfg, worker, items, tiled=True)
 
 
 def _head_rows(p: Problem, which: str):
@@ -544,7 +548,7 @@ def weights(p: Problem) -> np.ndarray:
                                    lse_flat[None, b, h, q0 + r0: q0 + r1])
                 flat[b, h, q0 + r0: q0 + r1, k0:k1] = s.T
 
-        _run(p, cfg, worker, items)
+        _run(p, cfg, worker, items, tiled=True)
     # exp(s − lse) sums to 1 up to the exponential's rounding (≈ |s − lse|·eps): divide by the
     # actual sum so that every row sums to 1 to the dtype's precision.
     total = flat.sum(axis=-1, dtype=c, keepdims=True)
@@ -885,7 +889,7 @@ def _backward_tiled(p, cfg, step, delta, lse_f, dout_f, deterministic=False, dbi
                             use=use) * scale
 
     with scratch:
-        _run(p, cfg, worker, items, passes=2.5)
+        _run(p, cfg, worker, items, passes=2.5, tiled=True)
     if sums is not None and sum_parts:
         # ΣP ≥ 0 adds up safely; ΣdS of a foreign lse may be +inf in one worker's rows and −inf
         # in another's: NaN there, quietly — the lse check refuses those rows from ΣP alone
@@ -926,7 +930,7 @@ def _backward_tiled(p, cfg, step, delta, lse_f, dout_f, deterministic=False, dbi
                 dq[b, h, q0 + r0: q0 + r1] += _dot(
                     dp.T, k_bh[t0:t1], None if bad_k is None else bad_k[t0:t1], use=use) * scale
 
-    _run(p, cfg, dq_worker, dq_items, passes=1.5)
+    _run(p, cfg, dq_worker, dq_items, passes=1.5, tiled=True)
     return dq, dk, dv
 
 

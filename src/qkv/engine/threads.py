@@ -95,6 +95,11 @@ def _blas_control():
         release(force=True)
 
 
+def blas_held() -> bool:
+    """Is NumPy's BLAS held to one thread now (some caller inside :func:`single_threaded_blas`)?"""
+    return _blas_users > 0
+
+
 def one_blas_thread(fn: Callable) -> Callable:
     """Decorator: run ``fn`` inside :func:`single_threaded_blas`.
 
@@ -122,7 +127,7 @@ def run(worker: Callable[[int, object], None], items: Sequence, workers: int, *,
     even when the items run on one: the kernel's GEMMs are tile-sized, and BLAS threads on them
     cost more than they give — on a busy machine, 10–30× more (measured: 13 ms instead of
     0.4 ms for a 256 × 64 × 1024 product under a competing load). Holding it costs ~30 µs, so
-    tiny calls pass ``hold_blas=False``.
+    tiny calls pass ``hold_blas=False``, as do items whose GEMMs run on MKL (:mod:`.gemm`).
     """
     workers = max(1, min(workers, len(items)))
     if workers == 1 or getattr(_local, "inside", False):
@@ -155,7 +160,7 @@ def run(worker: Callable[[int, object], None], items: Sequence, workers: int, *,
     # 2-vCPU machine, N=512: a sleeping pool thread took 0.15–7 ms to start its first item, the
     # caller 0.1–0.15 ms). A helper that has not started when the items run out is cancelled.
     pool = _get_pool(workers - 1)
-    with single_threaded_blas():
+    with single_threaded_blas() if hold_blas else contextlib.nullcontext():
         helpers = [pool.submit(drain, i) for i in range(1, workers)]
         error = None
         try:

@@ -105,6 +105,10 @@ class EncoderLayer:
         self.ff_in = Linear(cfg.d_model, cfg.d_ff, rng=0)
         self.ff_out = Linear(cfg.d_ff, cfg.d_model, rng=0)
         self.ff_norm = LayerNorm(cfg.d_model, cfg.eps)
+        # Encoding runs each batch on one thread (MiniLM.encode): its GEMMs on the engine's
+        # tile GEMM there (MKL on an Intel CPU with qkv[mkl]: 1.2–1.3× OpenBLAS's one thread)
+        for layer in (self.attn, self.ff_in, self.ff_out):
+            layer.row_gemm = True
 
     def load(self, t: dict[str, np.ndarray], prefix: str) -> None:
         def w(name):  # HF Linear (out, in) → row convention (in, out)

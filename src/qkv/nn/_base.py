@@ -19,7 +19,9 @@ import numbers
 
 import numpy as np
 
+from ..engine import current, gemm
 from ..engine.problem import as_array
+from ..engine.threads import blas_held
 
 FLOAT_DTYPES = (np.float16, np.float32, np.float64)
 
@@ -77,6 +79,10 @@ class Layer:
     """Base class. Subclasses set ``self.params`` and implement ``forward`` / ``backward``."""
 
     params: dict[str, np.ndarray]
+    # Row GEMMs (x W) on the engine's tile GEMM while the BLAS is held to one thread (see
+    # matmul_rows). Off by default: the trained models' figures are NumPy's BLAS's bits;
+    # MiniLM's encoder turns it on.
+    row_gemm: bool = False
 
     def __call__(self, *args, **kwargs):
         return self.forward(*args, **kwargs)[0]
@@ -101,9 +107,14 @@ def prefixed(prefix: str, named: dict[str, np.ndarray]) -> dict[str, np.ndarray]
     return {f"{prefix}.{name}": arr for name, arr in named.items()}
 
 
-def matmul_rows(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+def matmul_rows(x: np.ndarray, w: np.ndarray, fast: bool = False) -> np.ndarray:
     """``x @ w`` for x ``(..., d_in)`` and a matrix w ``(d_in, d_out)``, as ONE BLAS call on
     ``(prod(...), d_in)``: NumPy's stacked matmul would call the BLAS once per leading index,
-    2–5× slower for a batch of short sentences (measured in benchmarks/minilm.py)."""
-    flat = x.reshape(-1, x.shape[-1]) @ w
+    2–5× slower for a batch of short sentences (measured in benchmarks/minilm.py).
+
+    ``fast`` (a layer's :attr:`Layer.row_gemm`): while the BLAS is held to one thread (inside
+    qkv's pool), run the product on the engine's tile GEMM (:mod:`qkv.engine.gemm`: MKL on an
+    Intel CPU with the ``qkv[mkl]`` extra) — one thread either way, MKL's faster there."""
+    use = current().resolved_gemm() if fast and blas_held() else "numpy"
+    flat = gemm.matmul(x.reshape(-1, x.shape[-1]), w, use=use)
     return flat.reshape(*x.shape[:-1], w.shape[-1])

@@ -119,7 +119,7 @@ class MultiHeadAttention(Layer):
         return x.astype(ctx.dtype, copy=False), ctx
 
     def _proj(self, t, name):
-        y = matmul_rows(t, self.params[f"w_{name}"])
+        y = matmul_rows(t, self.params[f"w_{name}"], self.row_gemm)
         if self.has_bias:
             y += self.params[f"b_{name}"]  # in place: y is the product's fresh array
         return y
@@ -191,7 +191,8 @@ class MultiHeadAttention(Layer):
         p = self.params
         dy = np.asarray(dy, dtype=merged.dtype)
         grads = {"w_o": outer_sum(merged, dy)}
-        dout = split_heads(matmul_rows(dy, p["w_o"].T), self.n_heads)  # (..., H, N, d_head)
+        dout = split_heads(matmul_rows(dy, p["w_o"].T, self.row_gemm),
+                           self.n_heads)  # (..., H, N, d_head)
         dq, dk, dv = self._attention_backward(q, k, v, out, lse, np.ascontiguousarray(dout),
                                               mask)
         dq, dk, dv = merge_heads(dq), merge_heads(dk), merge_heads(dv)  # (..., N, ·)
@@ -201,8 +202,9 @@ class MultiHeadAttention(Layer):
         if self.has_bias:
             grads.update(b_q=sum_to_last(dq), b_k=sum_to_last(dk), b_v=sum_to_last(dv),
                          b_o=sum_to_last(dy))
-        dx = matmul_rows(dq, p["w_q"].T)
-        dsrc = matmul_rows(dk, p["w_k"].T) + matmul_rows(dv, p["w_v"].T)
+        dx = matmul_rows(dq, p["w_q"].T, self.row_gemm)
+        dsrc = (matmul_rows(dk, p["w_k"].T, self.row_gemm)
+                + matmul_rows(dv, p["w_v"].T, self.row_gemm))
         # A context broadcast against x's batch dims receives the sum over them.
         if ctx_in is None:
             dx, dctx = dx + dsrc, None

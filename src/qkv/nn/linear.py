@@ -37,7 +37,7 @@ class Linear(Layer):
 
     def forward(self, x):
         x = as_input(x, "x", "Linear", self.d_in, self.dtype)
-        y = matmul_rows(x, self.params["weight"])  # (..., d_out)
+        y = matmul_rows(x, self.params["weight"], self.row_gemm)  # (..., d_out)
         if "bias" in self.params:
             y += self.params["bias"]  # in place: y is the product's fresh array
         return y, x
@@ -47,7 +47,7 @@ class Linear(Layer):
         grads = {"weight": outer_sum(x, dy).astype(self.dtype, copy=False)}
         if "bias" in self.params:
             grads["bias"] = sum_to_last(dy).astype(self.dtype, copy=False)
-        return matmul_rows(dy, self.params["weight"].T), grads
+        return matmul_rows(dy, self.params["weight"].T, self.row_gemm), grads
 
     def __repr__(self):
         return f"Linear({self.d_in}, {self.d_out}, bias={'bias' in self.params})"
