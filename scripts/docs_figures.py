@@ -459,6 +459,7 @@ def farback_lag16_cells(o: Output) -> list[Cell]:
     return cells
 
 
+FARBACK_SSM_PROGRESS_STEPS = (50, 100, 200, 300, 400, 450, 600)
 FARBACK_SSM = ("qkv train farback --seed 0 --kinds ssm --json out/farback-ssm.json "
                "--save-dir out")
 
@@ -471,10 +472,15 @@ def farback_ssm_cells(o: Output) -> list[Cell]:
     ssm = result["models"]["ssm"]
     cells = _farback_rows(header, result["models"],
                           {"ssm": "selective state-space model (Mamba block)"}, params=True)
-    cells.append(Cell(prose=r"a state of ([\d,]+) numbers per series",
+    cells.append(Cell(prose=r"a selective state of ([\d,]+) numbers per series",
                       measured=f"{ssm['d_model'] * ssm['n_state']:,}"))
     cells.append(Cell(prose=r"at no lag at chance from step (\w+) on",
                       measured=_reach(ssm["progress"])))
+    prog = ssm["progress"]
+    for step in FARBACK_SSM_PROGRESS_STEPS:  # its reach table
+        cells.append(Cell(prose=rf"\| step {step} \| ([^|]+?) \|",
+                          anchor="| training step | state-space model |",
+                          measured=_chance(prog["chance_from"][prog["steps"].index(step)])))
     cells.append(Cell(prose=r"in ([\d.]+) s of training", measured=f"{ssm['train_seconds']:.0f}",
                       kind="timing"))
     return cells
