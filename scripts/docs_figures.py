@@ -461,7 +461,7 @@ def farback_lag16_cells(o: Output) -> list[Cell]:
 
 FARBACK_SSM_PROGRESS_STEPS = (50, 100, 200, 300, 400, 450, 600)
 FARBACK_SSM = ("qkv train farback --seed 0 --kinds ssm --json out/farback-ssm.json "
-               "--save-dir out")
+               "--plot out/farback-ssm.png --save-dir out")
 
 
 def farback_ssm_cells(o: Output) -> list[Cell]:
@@ -907,6 +907,7 @@ RUNS = [
         {"farback-lag16.json": "docs/figures/farback-lag16.json"}),
     Run("farback-ssm", "docs/seeds.md", FARBACK_SSM, 8.0, farback_ssm_cells,
         {"farback-ssm.json": "docs/figures/farback-ssm.json",
+         "farback-ssm.png": "docs/figures/farback-ssm.png",
          "farback-ssm.safetensors": "src/qkv/tasks/data/farback-ssm.safetensors"}),
     Run("mqar", "docs/seeds.md", MQAR, 30.0, mqar_cells,
         {"mqar.json": ("docs/figures/mqar.json", "src/qkv/tasks/data/mqar.json"),

@@ -10,7 +10,8 @@
                       vector vs the same model with attention, reversing random symbols;
                       accuracy per input length (docs/seeds.md).
   qkv train farback   one event 1 to 256 steps back in a window, among distractors: attention
-                      vs a learned exponential decay vs a GRU, accuracy per lag.
+                      vs a learned exponential decay vs a GRU, accuracy per lag; with
+                      --kinds ssm, a selective state-space model (Mamba block) too.
   qkv train mqar      multi-query associative recall (Zoology): key–value pairs, then every key
                       asked; attention vs a Mamba-style selective state-space model at two
                       state sizes, accuracy per sequence length and number of pairs.
@@ -22,6 +23,7 @@ Examples:
   qkv train explain --checkpoint recall.safetensors --index 3
   qkv train seq2seq --seed 0 --json seq2seq.json --plot seq2seq.png --heatmap align.svg
   qkv train farback --seed 0 --json farback.json --plot farback.png --heatmap weights.svg
+  qkv train farback --seed 0 --kinds ssm --json farback-ssm.json --save-dir DIR
   qkv train mqar --seed 0 --json mqar.json --plot mqar.png --save-dir DIR
   qkv train gpt --seed 0 --checkpoint gpt.safetensors --export gpt-hf
 """

@@ -615,7 +615,8 @@ def weight_examples(model: FarbackModel, n: int = 6) -> tuple[np.ndarray, list[s
 SHIPPED_COMMAND = ("qkv train farback --seed 0 --json out/farback.json --plot out/farback.png "
                    "--weights-plot out/farback-weights.png --heatmap out/farback-weights.html "
                    "--save-dir out")
-SSM_COMMAND = "qkv train farback --seed 0 --kinds ssm --json out/farback-ssm.json --save-dir out"
+SSM_COMMAND = ("qkv train farback --seed 0 --kinds ssm --json out/farback-ssm.json "
+               "--plot out/farback-ssm.png --save-dir out")
 TUNED_COMMAND = ("qkv train farback --seed 0 --gru-gate-bias 3 --json "
                  "out/farback-gru-tuned.json --plot out/farback-gru-tuned.png")
 
