@@ -905,7 +905,7 @@ RUNS = [
          "farback-gru-tuned.png": "docs/figures/farback-gru-tuned.png"}),
     Run("farback-lag16", "docs/seeds.md", FARBACK_LAG16, 1.5, farback_lag16_cells,
         {"farback-lag16.json": "docs/figures/farback-lag16.json"}),
-    Run("farback-ssm", "docs/seeds.md", FARBACK_SSM, 8.0, farback_ssm_cells,
+    Run("farback-ssm", "docs/seeds.md", FARBACK_SSM, 3.0, farback_ssm_cells,
         {"farback-ssm.json": "docs/figures/farback-ssm.json",
          "farback-ssm.png": "docs/figures/farback-ssm.png",
          "farback-ssm.safetensors": "src/qkv/tasks/data/farback-ssm.safetensors"}),
