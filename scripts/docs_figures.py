@@ -459,6 +459,33 @@ def farback_lag16_cells(o: Output) -> list[Cell]:
     return cells
 
 
+FARBACK_SSM_PROGRESS_STEPS = (50, 100, 200, 300, 400, 450, 600)
+FARBACK_SSM = ("qkv train farback --seed 0 --kinds ssm --json out/farback-ssm.json "
+               "--plot out/farback-ssm.png --save-dir out")
+
+
+def farback_ssm_cells(o: Output) -> list[Cell]:
+    """seeds.md §2's "A selective state-space model on the same task": its row of accuracy by
+    lag, its state's size, its reach during training and its training time."""
+    result = json.loads((o.out / "farback-ssm.json").read_text())
+    header, _ = doc_table("docs/seeds.md", FARBACK_SSM)
+    ssm = result["models"]["ssm"]
+    cells = _farback_rows(header, result["models"],
+                          {"ssm": "selective state-space model (Mamba block)"}, params=True)
+    cells.append(Cell(prose=r"a selective state of ([\d,]+) numbers per series",
+                      measured=f"{ssm['d_model'] * ssm['n_state']:,}"))
+    cells.append(Cell(prose=r"at no lag at chance from step (\w+) on",
+                      measured=_reach(ssm["progress"])))
+    prog = ssm["progress"]
+    for step in FARBACK_SSM_PROGRESS_STEPS:  # its reach table
+        cells.append(Cell(prose=rf"\| step {step} \| ([^|]+?) \|",
+                          anchor="| training step | state-space model |",
+                          measured=_chance(prog["chance_from"][prog["steps"].index(step)])))
+    cells.append(Cell(prose=r"in ([\d.]+) s of training", measured=f"{ssm['train_seconds']:.0f}",
+                      kind="timing"))
+    return cells
+
+
 MQAR = "qkv train mqar --seed 0 --json out/mqar.json --plot out/mqar.png --save-dir out"
 MQAR_COLUMNS = {"attention": "attention", "ssm-small": "state-space, small state",
                 "ssm-large": "state-space, large state"}
@@ -878,6 +905,10 @@ RUNS = [
          "farback-gru-tuned.png": "docs/figures/farback-gru-tuned.png"}),
     Run("farback-lag16", "docs/seeds.md", FARBACK_LAG16, 1.5, farback_lag16_cells,
         {"farback-lag16.json": "docs/figures/farback-lag16.json"}),
+    Run("farback-ssm", "docs/seeds.md", FARBACK_SSM, 3.0, farback_ssm_cells,
+        {"farback-ssm.json": "docs/figures/farback-ssm.json",
+         "farback-ssm.png": "docs/figures/farback-ssm.png",
+         "farback-ssm.safetensors": "src/qkv/tasks/data/farback-ssm.safetensors"}),
     Run("mqar", "docs/seeds.md", MQAR, 30.0, mqar_cells,
         {"mqar.json": ("docs/figures/mqar.json", "src/qkv/tasks/data/mqar.json"),
          "mqar.png": "docs/figures/mqar.png",

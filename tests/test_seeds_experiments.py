@@ -197,7 +197,7 @@ def test_farback_recency_rules_are_right_only_where_the_event_is_latest():
                 assert abs(row["accuracy"] - 0.5) < 4 * np.sqrt(0.25 / row["cases"]), (name, row)
 
 
-@pytest.mark.parametrize("kind", fb.KINDS)
+@pytest.mark.parametrize("kind", fb.ALL_KINDS)
 def test_farback_model_backward_matches_finite_differences(kind):
     c = fb.FarbackConfig(window=12, n_types=3, n_recent=2, n_anywhere=1, d_model=4)
     model = fb.FarbackModel(c, kind, dtype=np.float64)

@@ -10,7 +10,8 @@
                       vector vs the same model with attention, reversing random symbols;
                       accuracy per input length (docs/seeds.md).
   qkv train farback   one event 1 to 256 steps back in a window, among distractors: attention
-                      vs a learned exponential decay vs a GRU, accuracy per lag.
+                      vs a learned exponential decay vs a GRU, accuracy per lag; with
+                      --kinds ssm, a selective state-space model (Mamba block) too.
   qkv train mqar      multi-query associative recall (Zoology): key–value pairs, then every key
                       asked; attention vs a Mamba-style selective state-space model at two
                       state sizes, accuracy per sequence length and number of pairs.
@@ -22,6 +23,7 @@ Examples:
   qkv train explain --checkpoint recall.safetensors --index 3
   qkv train seq2seq --seed 0 --json seq2seq.json --plot seq2seq.png --heatmap align.svg
   qkv train farback --seed 0 --json farback.json --plot farback.png --heatmap weights.svg
+  qkv train farback --seed 0 --kinds ssm --json farback-ssm.json --save-dir DIR
   qkv train mqar --seed 0 --json mqar.json --plot mqar.png --save-dir DIR
   qkv train gpt --seed 0 --checkpoint gpt.safetensors --export gpt-hf
 """
@@ -167,9 +169,11 @@ def _add_farback(sub) -> None:
     p.add_argument("--weights-plot", metavar="PATH",
                    help="write the attention weights over the window for six held-out series "
                         "as line plots (.png/.svg; needs matplotlib)")
+    p.add_argument("--kinds", default=None,
+                   help="comma-separated models to train (default the shipped three: attention,"
+                        "recency,gru; also ssm, a selective state-space model)")
     p.add_argument("--save-dir", metavar="DIR",
-                   help="save the three models as DIR/farback-{attention,recency,gru}"
-                        ".safetensors")
+                   help="save the models as DIR/farback-KIND.safetensors")
     p.set_defaults(train_run=run_farback)
 
 
@@ -440,16 +444,33 @@ def _count(args, dest: str, name: str, *, quick: int, full: int) -> int:
     return n
 
 
-def _train_with_progress(console, args, task, config, n_held):
-    """``task.experiment(config, n_held)`` with one progress bar per model of ``task.KINDS``."""
+def _train_with_progress(console, args, task, config, n_held, kinds=None):
+    """``task.experiment(config, n_held)`` with one progress bar per model of ``task.KINDS``
+    (or of ``kinds``, passed on to the experiment)."""
     progress = _experiment_progress(console, config.steps, args.no_progress)
     bars = {}
+    extra = {} if kinds is None else {"kinds": kinds}
     with progress:
-        for kind in task.KINDS:
+        for kind in kinds or task.KINDS:
             bars[kind] = progress.add_task(kind, total=config.steps, loss=float("nan"))
         return task.experiment(
-            config, n_held,
+            config, n_held, **extra,
             on_step=lambda k, step, loss: progress.update(bars[k], completed=step, loss=loss))
+
+
+def _kinds(args, name: str, default: tuple[str, ...], known: tuple[str, ...]):
+    """``--kinds``: the comma-separated models to train, each one of ``known`` and none
+    twice; ``default`` when not given. Anything else is refused by name."""
+    if args.kinds is None:
+        return default
+    kinds = tuple(k.strip() for k in args.kinds.split(",") if k.strip())
+    unknown = [k for k in kinds if k not in known]
+    if unknown or not kinds or len(set(kinds)) != len(kinds):
+        why = (f"unknown {', '.join(map(repr, unknown))}" if unknown else
+               "no model named" if not kinds else "a model named twice")
+        raise SystemExit(f"qkv train {name}: --kinds takes some of {', '.join(known)}, got "
+                         f"{args.kinds!r} ({why})")
+    return kinds
 
 
 def _config(cls, name: str, given: dict):
@@ -557,6 +578,12 @@ def run_farback(args: argparse.Namespace) -> int:
     config = _experiment_config(args, "farback", fb.FarbackConfig, QUICK_FARBACK, {
         "window": args.window, "gru_gate_bias": args.gru_gate_bias, "min_lag": args.min_lag})
     per_bucket = _count(args, "per_bucket", "farback", quick=100, full=500)
+    kinds = _kinds(args, "farback", fb.KINDS, fb.ALL_KINDS)
+    for flag, value in (("--heatmap", args.heatmap), ("--weights-plot", args.weights_plot)):
+        if value and "attention" not in kinds:
+            raise SystemExit(f"qkv train farback: {flag} draws the attention model's weights, "
+                             f"but --kinds {args.kinds!r} leaves it out; add attention to "
+                             f"--kinds or drop {flag}")
     console = Console()
     console.print(f"a type-0 block trade at lag {config.min_lag}–{config.window} (log-uniform) "
                   f"in a {config.window}-step window; up to {config.n_recent} larger blocks of "
@@ -564,7 +591,11 @@ def run_farback(args: argparse.Namespace) -> int:
                   f"steps of {config.batch} per model, seed {config.seed}"
                   + (f"; GRU update-gate bias +{config.gru_gate_bias}"
                      if config.gru_gate_bias else ""))
-    result, models = _train_with_progress(console, args, fb, config, per_bucket)
+    if "ssm" in kinds:
+        console.print(f"ssm: a Mamba block of width {fb.SSM_WIDTH}, {fb.SSM_N_STATE} states per "
+                      f"channel: a state of {fb.SSM_WIDTH * fb.SSM_N_STATE} numbers per series")
+    result, models = _train_with_progress(console, args, fb, config, per_bucket,
+                                          None if kinds == fb.KINDS else kinds)
     table = Table(title=f"held-out accuracy by lag ({per_bucket} series per lag bucket)")
     table.add_column("model / rule", no_wrap=True)
     table.add_column("params", justify="right")
@@ -590,10 +621,11 @@ def run_farback(args: argparse.Namespace) -> int:
                   "contains 0.5")
     console.print("train seconds: " + ", ".join(
         f"{k} {r['train_seconds']} s" for k, r in result["models"].items()))
-    att = result["models"]["attention"]
-    console.print(f"attention: the largest weight falls on the event in "
-                  f"{att['top_weight_on_event']:.3f} of held-out series (mean weight there "
-                  f"{att['mean_weight_on_event']:.3f})")
+    att = result["models"].get("attention")
+    if att is not None:
+        console.print(f"attention: the largest weight falls on the event in "
+                      f"{att['top_weight_on_event']:.3f} of held-out series (mean weight there "
+                      f"{att['mean_weight_on_event']:.3f})")
     _outputs(console, args, result, plots.farback_plot, "farback")
     if args.heatmap:
         weights, labels, s = fb.weight_examples(models["attention"])
@@ -622,12 +654,7 @@ def run_mqar(args: argparse.Namespace) -> int:
                          "models have no attention weights); use --json and --plot")
     config = _experiment_config(args, "mqar", mqar.MqarConfig, QUICK_MQAR, {})
     per_cell = _count(args, "per_cell", "mqar", quick=20, full=100)
-    kinds = mqar.KINDS if args.kinds is None else tuple(
-        k.strip() for k in args.kinds.split(",") if k.strip())
-    unknown = [k for k in kinds if k not in mqar.KINDS]
-    if unknown or not kinds:
-        raise SystemExit(f"qkv train mqar: --kinds takes some of {', '.join(mqar.KINDS)}, got "
-                         f"{args.kinds!r}")
+    kinds = _kinds(args, "mqar", mqar.KINDS, mqar.KINDS)
     console = Console()
     sizes = {k: mqar.MqarModel(config, k) for k in kinds}
     console.print(f"multi-query associative recall: {config.n_keys} keys, {config.n_values} "

@@ -35,6 +35,14 @@ Three models, trained the same way (same batches, Adam, steps):
   Σ_t (1 − λ) λ^lag_t (x_t W), with λ = σ(θ) learned per channel, then a small MLP.
 - ``gru``: the GRU of :mod:`qkv.nn` over the window; its last state feeds a linear read-out.
   ``gru_gate_bias`` > 0 starts its update gate near "keep the state" (default 0: torch's init).
+
+One more, trained only when asked for (``OPT_IN``; ``qkv train farback --kinds ssm``), so the
+three above — their generators, checkpoints and figures — are what they were without it:
+
+- ``ssm``: a selective state-space model (:class:`qkv.nn.MambaBlock`, Mamba's S6 scan) over a
+  linear embedding of each step; its output at the last step — a read of its fixed-size state,
+  ``SSM_WIDTH × SSM_N_STATE`` numbers per series whatever the window — feeds a linear read-out.
+  Its width is chosen so its parameters (4,500) sit between the GRU's and attention's.
 """
 
 from __future__ import annotations
@@ -45,12 +53,30 @@ from pathlib import Path
 
 import numpy as np
 
-from ..nn import GRU, Linear, MultiHeadAttention, relu, relu_backward, softmax_cross_entropy
+from ..nn import (
+    GRU,
+    Linear,
+    MambaBlock,
+    MultiHeadAttention,
+    relu,
+    relu_backward,
+    softmax_cross_entropy,
+)
 from ..nn._base import Layer, as_rng, check_dtype, positive_int, prefixed
 from . import checkpoint as ckpt
 from .training import cosine_lr, train_each, train_steps
 
-KINDS = ("attention", "recency", "gru")
+KINDS = ("attention", "recency", "gru")  # the shipped run (view 8, `qkv train farback`)
+OPT_IN = ("ssm",)  # trained only by name (--kinds); seeded after KINDS, so KINDS are unchanged
+ALL_KINDS = KINDS + OPT_IN
+# The state-space model's width and state size: N = 16 is Mamba's default; width 26 puts its
+# parameters (4,500 with the embedding and read-out) between the GRU's (4,386) and
+# attention's (4,706). Its state is 26 × 16 = 416 numbers per series (plus the convolution's
+# last 3 inputs), the GRU's is 32. Constants, not config fields: the config (and so the three
+# shipped checkpoints' headers) stays as it was; a checkpoint's shapes pin them.
+SSM_WIDTH = 26
+SSM_N_STATE = 16
+SSM_CHUNK = 100  # series per forward when scoring the SSM: its states are (B, W, 26, 16)
 TASK = "farback"
 DATA = Path(__file__).parent / "data"
 PROGRESS_PER_BUCKET = 100  # held-out series per lag bucket for the accuracy during training
@@ -289,15 +315,17 @@ class ExpDecayPool(Layer):
         return 1.0 / (1.0 + np.exp(-self.params["theta"].astype(np.float64)))
 
 
-# -- the three models -------------------------------------------------------------------------
+# -- the models -------------------------------------------------------------------------
 class FarbackModel:
-    """``kind`` in ("attention", "recency", "gru"); ``forward(x) → logits (B, 2)``."""
+    """``kind`` in ALL_KINDS ("attention", "recency", "gru", "ssm"); ``forward(x) → logits
+    (B, 2)``. Each kind draws its initial weights from the generator ``[seed, index]``, its
+    index in ALL_KINDS (the opt-in kinds after the shipped three)."""
 
     def __init__(self, config: FarbackConfig, kind: str, dtype=np.float32):
-        if kind not in KINDS:
-            raise ValueError(f"FarbackModel: kind must be one of {KINDS}, got {kind!r}")
+        if kind not in ALL_KINDS:
+            raise ValueError(f"FarbackModel: kind must be one of {ALL_KINDS}, got {kind!r}")
         c = config
-        gen = as_rng(np.random.default_rng([c.seed, KINDS.index(kind)]))
+        gen = as_rng(np.random.default_rng([c.seed, ALL_KINDS.index(kind)]))
         self.config, self.kind = c, kind
         d = c.d_model
         if kind == "attention":
@@ -312,10 +340,16 @@ class FarbackModel:
             self.hidden = Linear(d, d, rng=gen, dtype=dtype)
             self.layers = {"embed": self.embed, "pool": self.pool, "hidden": self.hidden}
             self.extra = {}
-        else:
+        elif kind == "gru":
             self.gru = GRU(c.d_in, d, rng=gen, dtype=dtype)
             self.gru.params["b_hh"][d: 2 * d] += c.gru_gate_bias  # the update gate z
             self.layers = {"gru": self.gru}
+            self.extra = {}
+        else:
+            d = SSM_WIDTH
+            self.embed = Linear(c.d_in, d, rng=gen, dtype=dtype)
+            self.mamba = MambaBlock(d, SSM_N_STATE, rng=gen, dtype=dtype)
+            self.layers = {"embed": self.embed, "mamba": self.mamba}
             self.extra = {}
         self.head = Linear(d, 2, rng=gen, dtype=dtype)
         self.layers["head"] = self.head
@@ -340,9 +374,13 @@ class FarbackModel:
             h, c3 = self.hidden.forward(p)
             z = relu(h)
             c3 = (c3, h)
-        else:
+        elif self.kind == "gru":
             (_, z), c1 = self.gru.forward(x)  # (B, d): the last state
             c2 = c3 = None
+        else:
+            e, c1 = self.embed.forward(x)  # (B, W, d)
+            m, c2 = self.mamba.forward(e)  # (B, W, d)
+            z, c3 = m[:, -1], m.shape  # (B, d): the last step's read of the state
         logits, c4 = self.head.forward(z)
         return logits, (c1, c2, c3, c4)
 
@@ -364,13 +402,27 @@ class FarbackModel:
             grads.update(prefixed("hidden", g_h))
             grads.update(prefixed("pool", g_pool))
             grads.update(prefixed("embed", g_emb))
-        else:
+        elif self.kind == "gru":
             _, g_gru = self.gru.backward(c1, (None, dz))
             grads.update(prefixed("gru", g_gru))
+        else:
+            dm = np.zeros(c3, dtype=dz.dtype)  # (B, W, d): only the last step is read
+            dm[:, -1] = dz
+            de, g_mamba = self.mamba.backward(c2, dm)
+            _, g_emb = self.embed.backward(c1, de)
+            grads.update(prefixed("mamba", g_mamba))
+            grads.update(prefixed("embed", g_emb))
         return grads
 
+    def logits(self, x) -> np.ndarray:
+        """``forward(x)``'s logits ``(B, 2)`` without a backward's cache: the SSM runs its
+        inference scan (one block of states at a time, see :meth:`MambaBlock.__call__`)."""
+        if self.kind != "ssm":
+            return self.forward(x)[0]
+        return self.head(self.mamba(self.embed(x))[:, -1])
+
     def predict(self, x) -> np.ndarray:
-        return self.forward(x)[0].argmax(axis=-1)
+        return self.logits(x).argmax(axis=-1)
 
     def weights(self, x) -> np.ndarray:
         """Attention model only: the query's weights over the window ``(B, W)``."""
@@ -391,6 +443,9 @@ class FarbackModel:
         through n_types, d_model), checked in a checkpoint's header before a model is built.
         The window is not among them: every model reads a series of any length."""
         c, d = config, config.d_model
+        if kind == "ssm":  # its width and state size are the module's (SSM_WIDTH, SSM_N_STATE)
+            return {"embed.weight": (c.d_in, SSM_WIDTH),
+                    "mamba.ssm.a_log": (SSM_WIDTH, SSM_N_STATE), "head.weight": (SSM_WIDTH, 2)}
         first = {"gru": ("gru.w_ih", (c.d_in, 3 * d))}.get(kind, ("embed.weight", (c.d_in, d)))
         return {first[0]: first[1], "head.weight": (d, 2)}
 
@@ -398,16 +453,25 @@ class FarbackModel:
     def load(cls, path) -> FarbackModel:
         """The model saved at ``path``; a :class:`~qkv.tasks.checkpoint.CheckpointError` naming
         the file for anything truncated, edited or inconsistent."""
-        return ckpt.load_model(path, cls, TASK, KINDS, FarbackConfig)
+        return ckpt.load_model(path, cls, TASK, ALL_KINDS, FarbackConfig)
 
 
 def load_pretrained(kind: str = "attention") -> FarbackModel:
-    """The shipped model of ``kind`` ("attention", "recency" or "gru"), trained by
-    ``qkv train farback --seed 0 --save-dir DIR`` and copied into ``qkv/tasks/data`` (see
-    docs/seeds.md); ``.metrics`` holds its held-out scores by lag."""
-    if kind not in KINDS:
-        raise ValueError(f"load_pretrained: kind must be one of {KINDS}, got {kind!r}")
-    return FarbackModel.load(DATA / f"farback-{kind}.safetensors")
+    """The shipped model of ``kind``: "attention", "recency" or "gru", trained by
+    ``qkv train farback --seed 0 --save-dir DIR``, or "ssm", by ``SSM_COMMAND`` (with
+    ``--save-dir DIR``), copied into ``qkv/tasks/data`` (see docs/seeds.md §2); ``.metrics``
+    holds its held-out scores by lag. A kind whose checkpoint is not in this installation is a
+    FileNotFoundError naming the kind and the command that trains it."""
+    if kind not in ALL_KINDS:
+        raise ValueError(f"load_pretrained: kind must be one of {ALL_KINDS}, got {kind!r}")
+    path = DATA / f"farback-{kind}.safetensors"
+    if not path.is_file():
+        command = SHIPPED_COMMAND if kind in KINDS else SSM_COMMAND
+        raise FileNotFoundError(f"load_pretrained: no shipped far-back checkpoint of kind "
+                                f"{kind!r} ({path} is missing); train one with `{command}` "
+                                f"(it writes out/farback-{kind}.safetensors) and load it "
+                                f"with FarbackModel.load")
+    return FarbackModel.load(path)
 
 
 def train(model: FarbackModel, on_step=None) -> list[float]:
@@ -447,13 +511,18 @@ def scores(config: FarbackConfig, s: Series, pred: np.ndarray) -> dict:
 
 def p_plus(model: FarbackModel, x: np.ndarray) -> np.ndarray:
     """The model's probability ``(B,)`` that the event's sign is +, in float64."""
-    logits = model.forward(x)[0].astype(np.float64)  # (B, 2)
+    logits = model.logits(x).astype(np.float64)  # (B, 2)
     return 1.0 / (1.0 + np.exp(logits[:, 0] - logits[:, 1]))
 
 
 def evaluate(model: FarbackModel, s: Series, chunk: int = 500) -> dict:
+    """Held-out scores of ``model`` on ``s`` (:func:`scores`), ``chunk`` series at a time
+    (``SSM_CHUNK`` for the SSM, whose states are 416 numbers per step); the attention model's
+    weight on the event too."""
     from ..engine.threads import single_threaded_blas
 
+    if model.kind == "ssm":
+        chunk = min(chunk, SSM_CHUNK)
     with single_threaded_blas():
         pred = np.concatenate([model.predict(s.x[i: i + chunk]) for i in range(0, len(s), chunk)])
         out = scores(model.config, s, pred)
@@ -465,17 +534,23 @@ def evaluate(model: FarbackModel, s: Series, chunk: int = 500) -> dict:
     return out
 
 
-def experiment(config: FarbackConfig, per_bucket: int = 500, *, on_start=None, on_step=None,
-               on_done=None) -> tuple[dict, dict[str, FarbackModel]]:
-    """Train the three models on the same batches; score them and the recency rules on the
-    same held-out series (``per_bucket`` per lag bucket). Returns ``(result, models)``;
-    ``result`` is JSON-able.
+def experiment(config: FarbackConfig, per_bucket: int = 500, *, kinds=KINDS, on_start=None,
+               on_step=None, on_done=None) -> tuple[dict, dict[str, FarbackModel]]:
+    """Train the models of ``kinds`` (default the shipped three; any of ALL_KINDS) on the same
+    batches; score them and the recency rules on the same held-out series (``per_bucket`` per
+    lag bucket). Returns ``(result, models)``; ``result`` is JSON-able. A model's initial
+    weights depend on its kind only, not on which other kinds are trained with it.
 
     Each model's run also holds ``progress``: its accuracy by lag bucket at every
     ``config.steps // 12``-th step, on a smaller held-out set (``PROGRESS_PER_BUCKET`` series
     per bucket) — how a model's reach grows with training. ``train_seconds`` leaves out the
     time those evaluations took.
     """
+    kinds = tuple(kinds)
+    bad = [k for k in kinds if k not in ALL_KINDS]
+    if bad or not kinds or len(set(kinds)) != len(kinds):
+        raise ValueError(f"farback.experiment: kinds must be distinct names among {ALL_KINDS}, "
+                         f"got {list(kinds)}")
     s = held_out(config, per_bucket)
     small = held_out(config, min(PROGRESS_PER_BUCKET, per_bucket))
     rules = {name: scores(config, s, pred) for name, pred in recency_rules(s).items()}
@@ -504,9 +579,11 @@ def experiment(config: FarbackConfig, per_bucket: int = 500, *, on_start=None, o
         out = evaluate(model, s)
         if model.kind == "recency":
             out["learned_lambda"] = [round(float(v), 4) for v in model.pool.lam()]
+        if model.kind == "ssm":  # the fixed-size state: width × states per channel
+            out["d_model"], out["n_state"] = SSM_WIDTH, SSM_N_STATE
         return out
 
-    runs, models = train_each(KINDS, lambda kind: FarbackModel(config, kind), train_watched,
+    runs, models = train_each(kinds, lambda kind: FarbackModel(config, kind), train_watched,
                               score, on_start=on_start, on_step=on_step, on_done=on_done)
     for kind, run in runs.items():
         log = progress[kind]
@@ -538,6 +615,8 @@ def weight_examples(model: FarbackModel, n: int = 6) -> tuple[np.ndarray, list[s
 SHIPPED_COMMAND = ("qkv train farback --seed 0 --json out/farback.json --plot out/farback.png "
                    "--weights-plot out/farback-weights.png --heatmap out/farback-weights.html "
                    "--save-dir out")
+SSM_COMMAND = ("qkv train farback --seed 0 --kinds ssm --json out/farback-ssm.json "
+               "--plot out/farback-ssm.png --save-dir out")
 TUNED_COMMAND = ("qkv train farback --seed 0 --gru-gate-bias 3 --json "
                  "out/farback-gru-tuned.json --plot out/farback-gru-tuned.png")
 

@@ -54,13 +54,13 @@ def seq2seq_plot(result: dict, path) -> Path:
 
 
 def farback_plot(result: dict, path) -> Path:
-    """Left: held-out accuracy vs the event's lag bucket for the three far-back models, with
+    """Left: held-out accuracy vs the event's lag bucket for the far-back models run, with
     95% intervals and each model's "chance from" bucket in its label. Right: the accuracy by lag of
     each model during training (its reach growing with the steps)."""
     plt = _pyplot()
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
     styles = {"attention": ("tab:blue", "o-"), "recency": ("tab:orange", "s-"),
-              "gru": ("tab:green", "^-")}
+              "gru": ("tab:green", "^-"), "ssm": ("tab:purple", "D-")}
     first = next(iter(result["models"].values()))["by_lag"]
     xs = list(range(len(first)))
     ticks = [f"{r['lags'][0]}–{r['lags'][1]}" if r["lags"][1] > r["lags"][0]
