@@ -73,6 +73,7 @@ CASES = [
     Case("window 256, N=16384", "3", 16384, mask="window"),
     Case("16 documents of 1024, N=16384", "3", 16384, mask="documents"),
     Case("one long head H=1, N=8192", "4", 8192, heads=1),
+    Case("one long causal head H=1, N=8192", "4", 8192, heads=1, mask="causal"),
     Case("D=128, N=4096", "5", 4096, dim=128),
     Case("small N=512", "5", 512),
     Case("dense N=4096 (goal 6's reference)", "6", 4096),
