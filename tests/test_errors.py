@@ -2,6 +2,8 @@
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import qkv
 
@@ -100,3 +102,18 @@ def test_check_finite_false_skips_the_scan():
     # The user takes responsibility: no error raised (the result may hold NaN).
     out = qkv.attention(Q, K, np.full_like(V, np.nan), check_finite=False)
     assert out.shape == (2, 4, 5, 3)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.floats(width=16, allow_nan=True, allow_infinity=True), min_size=1,
+                max_size=40))
+def test_float16_magnitude_read_through_its_bits(values):
+    # prepare() reads float16 magnitudes from the bits (NumPy's float16 reductions are slow):
+    # the same answer as the float64 reduction, NaN and inf included
+    from qkv.engine.problem import _max_abs
+
+    x = np.array(values, dtype=np.float16)
+    wide = x.astype(np.float64)
+    want = float("nan") if np.isnan(wide).any() else float(np.abs(wide).max())
+    got = _max_abs(x)
+    assert (np.isnan(got) and np.isnan(want)) or got == want

@@ -164,15 +164,16 @@ def test_stale_slots_never_matter_even_nan():
 def test_decode_skips_empty_key_tiles():
     """A window of 8 keys at 4096 cached: one key tile computed per head, the rest skipped."""
     # (2 query heads on 2 kv heads: not stacked, so the masked key tile of 512, whose partial
-    # tile splits down to split_min = 128 keys)
+    # tile splits down to split_min = 256 keys)
     k_pool, v_pool, table, seq_lens, ks, vs = paged([4096], d=8, block_size=16)
     q = np.random.default_rng(5).standard_normal((1, 2, 1, 8)).astype(np.float32)
     stats = TileStats()
     with kernel_config(stats=stats):
         out = qkv.attention(q, k_pool, v_pool, mask=qkv.window(7, 0), block_table=table,
                             seq_lens=seq_lens)
-    assert stats.computed == 2 and stats.pairs["partial"] == 2 * 128
-    assert stats.pairs["empty"] == 2 * (4096 - 128)
+    split = qkv.engine.current().split_min
+    assert stats.computed == 2 and stats.pairs["partial"] == 2 * split
+    assert stats.pairs["empty"] == 2 * (4096 - split)
     want = reference.attention(q[0], ks[0], vs[0], mask=qkv.window(7, 0))
     np.testing.assert_allclose(out[0], want, rtol=0, atol=output_atol(q[0], ks[0], vs[0]))
 

@@ -57,16 +57,22 @@ def test_work_fraction_of_causal_window_and_documents():
     # 256 × 512 tiles, unsplit: 62.5% of the dense work for the 50% causal needs
     with kernel_config(split_min=1 << 30, tile_k_unmasked=512):
         assert work_fraction(qkv.causal(), n, n) == 0.625
-    # the default: each query tile's keys before its diagonal FULL, its 256 × 256 diagonal
-    # square split into two 128 × 128 PARTIAL squares and a FULL one (the fourth skipped)
+    # split down to 128: each query tile's keys before its diagonal FULL, its 256 × 256
+    # diagonal square split into two 128 × 128 PARTIAL squares and a FULL one (the fourth
+    # skipped)
     tiles = sum(i * 256 * 256 + 3 * 128 * 128 for i in range(n // 256))
-    assert work_fraction(qkv.causal(), n, n) == tiles / n**2 == 0.53125
+    with kernel_config(split_min=128):
+        assert work_fraction(qkv.causal(), n, n) == tiles / n**2 == 0.53125
+    # the default (256): the 512 × 512 diagonal square of each 512-row query tile in 256s
+    tiles = sum(i * 512 * 512 + 3 * 256 * 256 for i in range(n // 512))
+    assert work_fraction(qkv.causal(), n, n) == tiles / n**2 == 0.5625
     with kernel_config(split_min=64):
         assert 0.5 < work_fraction(qkv.causal(), n, n) < 0.53125
     # a window of 256 keys: 3 squares of 128 on each edge of the band (the first query tile
     # has one edge), where the unsplit plan computes 1024 keys per query tile
     n = 16384
-    assert work_fraction(qkv.window(255), n, n) == (63 * 6 + 3) * 128**2 / n**2
+    with kernel_config(split_min=128):
+        assert work_fraction(qkv.window(255), n, n) == (63 * 6 + 3) * 128**2 / n**2
     with kernel_config(split_min=1 << 30):  # unsplit: 512 or 1024 keys per query tile
         assert work_fraction(qkv.window(255), n, n) > 1.9 * (63 * 6 + 3) * 128**2 / n**2
     # 16 documents of 1024: exactly their squares (tile boundaries fall on documents')

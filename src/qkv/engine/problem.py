@@ -190,9 +190,15 @@ def check_scale(scale, dk: int) -> float:
 
 
 def _max_abs(x: np.ndarray) -> float:
-    """max |x| from two SIMD reductions and no temporary: NaN if x holds a NaN, inf if an inf."""
+    """max |x| from two SIMD reductions and no temporary: NaN if x holds a NaN, inf if an inf.
+    float16 (whose reductions NumPy emulates, ~5 ns an element: 67 ms for a (8, 4096, 64) q, k
+    and v) is read through its bits: |x| is the bits without the sign, ordered as the values,
+    with inf at 0x7C00 and NaN above it — one integer pass."""
     if not x.size:
         return 0.0
+    if x.dtype == np.float16:
+        top = int(np.bitwise_and(x.view(np.uint16), 0x7FFF).max())
+        return float("nan") if top > 0x7C00 else float(np.uint16(top).view(np.float16))
     hi, lo = float(x.max()), float(x.min())
     return max(hi, -lo) if not (np.isnan(hi) or np.isnan(lo)) else float("nan")
 
