@@ -15,9 +15,11 @@ run() {  # run NAME CMD...: run a pass, remember whether it failed
 }
 run "ruff" "$PY" -m ruff check src tests benchmarks
 run "pytest" "$PY" -m pytest "$@"
-# The engine again as on a machine without the qkv[fast] extra (no Numba: the NumPy tile step).
+# The engine again as on a machine without the qkv[fast] and qkv[mkl] extras (no Numba: the
+# NumPy tile step; NumPy's GEMMs, where the first pass ran MKL's on an Intel CPU).
 if [ $# -eq 0 ]; then
-  run "pytest without Numba" env QKV_WITHOUT_NUMBA=1 "$PY" -m pytest -q -p no:cacheprovider \
+  run "pytest without Numba or MKL" env QKV_WITHOUT_NUMBA=1 QKV_GEMM=numpy \
+    "$PY" -m pytest -q -p no:cacheprovider \
     tests/test_attention.py tests/test_backward.py tests/test_defects.py tests/test_masks.py \
     tests/test_weights_and_explain.py tests/test_seeds.py tests/test_engine_package.py \
     tests/test_packed_causal.py tests/test_fuzz_api.py

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import qkv
-from helpers import needs_numba, output_atol
+from helpers import BACKEND_PARAMS, needs_numba, output_atol
 from qkv import engine
 
 
@@ -72,19 +72,40 @@ def test_compiled_and_numpy_steps_agree_within_the_bound():
 
 @needs_numba
 def test_compiled_exp2_is_accurate_and_flushes_subnormals():
+    import numba
+
     from qkv.engine.step import compiled
+
+    @numba.njit
+    def exp2_all(x):
+        out = np.empty_like(x)
+        for i in range(x.size):
+            out[i] = compiled.exp2(x[i])
+        return out
 
     x = np.concatenate([np.linspace(-126, 0, 200001), [-126.5, -200.0, -np.inf]]).astype(
         np.float32)
-    s = x[None, None, :].copy() / np.float32(np.log2(np.e))  # natural units, ref 0
-    compiled.probabilities(s, None, np.zeros((1, x.size), np.float32))
+    got = exp2_all(x)
     exact = np.exp2(x.astype(np.float64))
     normal = x >= -126
-    rel = np.abs(s[0, 0][normal] / exact[normal] - 1)
+    rel = np.abs(got[normal] / exact[normal] - 1)
     # 2^x to float32 accuracy, plus x's own rounding (|x|·eps for |x| ≤ 126): ≤ 1e-5 here
     assert rel.max() < 126 * 2**-24 * 1.5 + 4 * 2**-24
     assert rel[x[normal] > -1].max() < 4 * 2**-24  # near 0, a few ulp
-    assert not s[0, 0][~normal].any()  # below 2^-126: exactly 0, never subnormal
+    assert not got[~normal].any()  # below 2^-126: exactly 0, never subnormal
+
+
+@pytest.mark.parametrize("backend", BACKEND_PARAMS)
+def test_weights_below_2_to_the_minus_63_are_flushed(backend):
+    # a weight times a value must stay normal (subnormal products slow the P·V GEMM 4–80×)
+    from qkv.engine import step
+
+    x = np.array([0.0, -10.0, -62.9, -63.0, -63.1, -100.0, -130.0, -np.inf], np.float32)
+    s = (x / np.float32(np.log2(np.e)))[None, None, :].copy()  # natural units, ref 0
+    step.get(backend).probabilities(s, None, np.zeros((1, x.size), np.float32))
+    keep = x >= -63
+    np.testing.assert_allclose(s[0, 0][keep], np.exp2(x[keep].astype(np.float64)), rtol=1e-5)
+    assert not s[0, 0][~keep].any()
 
 
 # -- the score-tile buffers kept between calls (engine/scratch.py) ---------------------------

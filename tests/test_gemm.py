@@ -15,9 +15,10 @@ needs_mkl = pytest.mark.skipif(not gemm.mkl_available(), reason="the qkv[mkl] ex
 USES = [pytest.param("numpy"), pytest.param("mkl", marks=needs_mkl)]
 
 
-def product_atol(a, b, dtype) -> np.ndarray:
-    """Per element: K · eps · Σ|a||b| bounds a dot product of K terms in dtype (first order)."""
-    k = a.shape[1]
+def product_atol(a, b, dtype, extra: int = 0) -> np.ndarray:
+    """Per element: (K + extra) · eps · Σ|a||b| bounds a dot product of K terms in dtype (first
+    order), ``extra`` roundings more of the result (an add into ``out``: one)."""
+    k = a.shape[1] + extra
     return k * EPS[np.dtype(dtype)] * (np.abs(a.astype(np.float64)) @ np.abs(b.astype(np.float64)))
 
 
@@ -52,7 +53,9 @@ def test_matches_float64_product(use, ops, accumulate):
     result = gemm.matmul(a, b, out, accumulate=accumulate, use=use)
     assert result is out
     exact = a.astype(np.float64) @ b.astype(np.float64) + (start if accumulate else 0)
-    atol = product_atol(a, b, a.dtype) + (np.abs(start) * EPS[a.dtype] if accumulate else 0)
+    # out + a b: the product's roundings, then the add's, of |start| and of the product
+    atol = (product_atol(a, b, a.dtype, extra=int(accumulate))
+            + (np.abs(start) * EPS[a.dtype] if accumulate else 0))
     assert (np.abs(out - exact) <= atol + np.finfo(a.dtype).tiny).all()
 
 

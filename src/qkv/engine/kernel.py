@@ -509,8 +509,9 @@ def weights(p: Problem) -> np.ndarray:
 
     First the forward's lse for these rows, then each tile's weights recomputed from it with
     the step's ``probabilities`` — as the backward does — and each row divided by its sum, so
-    the memory is the result plus a tile. Empty tiles are never computed. Weights below the
-    dtype's smallest normal number (1.2e-38 in float32) are returned as 0.
+    the memory is the result plus a tile. Empty tiles are never computed. Weights below 2^-63
+    in float32 (5.4e-20; 2^-511 in float64, see :mod:`.step`) or below the result dtype's
+    smallest normal number are returned as 0.
     """
     result = np.zeros((*p.batch_shape, p.hq, p.nq, p.nk), dtype=p.dtype)
     if p.empty:
