@@ -7,7 +7,8 @@ head with one thread each.
 
 The loop is the kernel's own recurrence (FlashAttention-2's, ``qkv.engine.step``'s contract) on
 the default tile sizes of :class:`qkv.engine.KernelConfig`, written out here so each part can be
-timed, with the GEMMs :mod:`qkv.engine.gemm` chooses (``--gemm numpy`` for NumPy's BLAS). Best of ``--rounds`` passes over the head.
+timed, with the GEMMs :mod:`qkv.engine.gemm` chooses (``--gemm numpy`` for NumPy's BLAS).
+Best of ``--rounds`` passes over the head.
 """
 
 from __future__ import annotations

@@ -18,7 +18,8 @@ WEIGHT_FLOOR = {np.dtype(np.float32): -63.0, np.dtype(np.float64): -511.0}
 
 def _exp_from(s: np.ndarray, ref: np.ndarray, allowed: np.ndarray | None) -> None:
     """s ← exp(s − ref) in place, ref ``(P, R)`` per query; masked pairs and weights below
-    2^floor (:data:`WEIGHT_FLOOR`) exactly 0. Queries whose ``ref`` is −inf (nothing allowed) give 0 everywhere."""
+    2^floor (:data:`WEIGHT_FLOOR`) exactly 0. Queries whose ``ref`` is −inf (nothing
+    allowed) give 0 everywhere."""
     c = s.dtype.type
     floor = WEIGHT_FLOOR[s.dtype]
     if allowed is not None:
