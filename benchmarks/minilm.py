@@ -40,7 +40,8 @@ def best_of(fn, rounds_done: list[float]) -> np.ndarray:
 
 
 # cProfile rows (file, function) → the part of the encoder they are; the rest is "other"
-PARTS = {("_base.py", "matmul_rows"): "GEMMs", ("_compiled.py", "_gelu_erf32"): "GELU",
+PARTS = {("_base.py", "matmul_rows"): "GEMMs", ("engine/gemm.py", None): "GEMMs",
+         ("_compiled.py", "_gelu_erf32"): "GELU",
          ("activations.py", "_erf"): "GELU", ("activations.py", "numpy_gelu"): "GELU",
          ("norm.py", None): "LayerNorm", ("_compiled.py", "_layer_norm"): "LayerNorm",
          ("engine/kernel.py", None): "attention",
