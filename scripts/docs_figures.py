@@ -793,6 +793,9 @@ def bench_cells(o: Output) -> list[Cell]:
                   Cell(name, "GFLOP/s", f"{r['gflops']:.0f}", kind="timing"),
                   Cell(name, "of GEMM / of square",
                        f"{r['gemm_fraction']:.2f} / {r['square_fraction']:.2f}", kind="timing"),
+                  # the pairs the kernel's tiles computed and the mask's minimum: counted, exact
+                  Cell(name, "work / min", f"{r['work_done']:.3f} / {r['work_min']:.3f}"),
+                  Cell(name, "cores", f"{r['cores_busy']:.2f}", kind="timing"),
                   Cell(name, "qkv MiB", f"{peak['qkv']:.0f}", kind="memory"),
                   # torch's RSS above a baseline depends on what its allocator kept from the
                   # cases before (forward+backward: 24 and 0 MiB in one run, 52 and 56 in the
