@@ -1,5 +1,6 @@
 """The engine package's own promises: a light import, one internal surface, both tile steps."""
 
+import os
 import subprocess
 import sys
 
@@ -169,3 +170,28 @@ def test_concurrent_calls_never_share_a_tile_buffer():
                 together = list(pool.map(run, range(len(problems))))
             for got, want in zip(together, alone, strict=True):
                 np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
+                    reason="pinning needs Linux and two usable cores")
+def test_workers_each_get_a_core_for_the_call_and_the_caller_its_own_back():
+    # the scheduler left both workers on one vCPU for most of a call (engine/threads.py)
+    from qkv.engine import threads
+
+    before = os.sched_getaffinity(0)
+    seen: dict[int, set] = {}
+
+    def work(worker_id, _item):
+        seen.setdefault(worker_id, set()).update(os.sched_getaffinity(0))
+        sum(range(20000))  # long enough that the helper takes items too
+
+    threads.run(work, list(range(64)), 2)
+    assert os.sched_getaffinity(0) == before  # the caller's mask is restored
+    for cpus in seen.values():
+        assert len(cpus) == 1 and cpus <= before
+    if len(seen) == 2:
+        assert seen[0] != seen[1]  # distinct cores
+    # and an error inside the items restores it too
+    with pytest.raises(ZeroDivisionError):
+        threads.run(lambda w, i: 1 / 0, list(range(8)), 2)
+    assert os.sched_getaffinity(0) == before
