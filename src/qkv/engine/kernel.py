@@ -217,7 +217,7 @@ def _run(p: Problem, cfg: KernelConfig, worker, items, passes: float = 1.0,
             worker(worker_id, item)
 
     hold = work > BLAS_HOLD_MIN and not (tiled and cfg.resolved_gemm() == "mkl")
-    threads.run(quiet_worker, items, cfg.num_workers(work), hold_blas=hold)
+    threads.run(quiet_worker, items, cfg.num_workers(work), hold_blas=hold, pin=cfg.pin)
 
 
 # --------------------------------------------------------------------------------------------
@@ -395,7 +395,8 @@ def forward_pages(problems: list[Problem]) -> list[tuple[np.ndarray, np.ndarray]
             worker(worker_id, item[2])
 
     with scratch:
-        threads.run(run, items, cfg.num_workers(work), hold_blas=work > BLAS_HOLD_MIN)
+        threads.run(run, items, cfg.num_workers(work), hold_blas=work > BLAS_HOLD_MIN,
+                    pin=cfg.pin)
     return results
 
 

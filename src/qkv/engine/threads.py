@@ -119,7 +119,7 @@ def one_blas_thread(fn: Callable) -> Callable:
 
 
 def run(worker: Callable[[int, object], None], items: Sequence, workers: int, *,
-        hold_blas: bool = True) -> None:
+        hold_blas: bool = True, pin: bool = True) -> None:
     """Call ``worker(worker_id, item)`` for every item, on up to ``workers`` threads: the
     caller's own (worker 0) and ``workers − 1`` of the pool.
 
@@ -130,6 +130,7 @@ def run(worker: Callable[[int, object], None], items: Sequence, workers: int, *,
     cost more than they give — on a busy machine, 10–30× more (measured: 13 ms instead of
     0.4 ms for a 256 × 64 × 1024 product under a competing load). Holding it costs ~30 µs, so
     tiny calls pass ``hold_blas=False``, as do items whose GEMMs run on MKL (:mod:`.gemm`).
+    With ``pin`` (Linux) each worker keeps one core for the call (:class:`_Places`).
     """
     workers = max(1, min(workers, len(items)))
     if workers == 1 or getattr(_local, "inside", False):
@@ -140,7 +141,7 @@ def run(worker: Callable[[int, object], None], items: Sequence, workers: int, *,
     lock = threading.Lock()
     queue = iter(items)
     failed = threading.Event()
-    places = _Places.here()
+    places = _Places.here() if pin else _Places([], 0, None)
 
     def drain(worker_id: int) -> None:
         _local.inside = True

@@ -95,6 +95,9 @@ class KernelConfig:
     - ``workers``: threads for tiles (None: ``QKV_NUM_THREADS`` or the usable cores).
     - ``backend``: "compiled" (Numba, the ``qkv[fast]`` extra), "numpy", or "auto" (compiled if
       Numba is installed). float64 always runs the NumPy step (it is the exactness dtype).
+    - ``pin``: each worker keeps one core for the length of a call (``QKV_PIN=0``: not) — on a
+      2-vCPU VM the scheduler otherwise left both workers on one core for most of a call
+      (:mod:`.threads`; ``python benchmarks/small_call.py`` measures both).
     - ``gemm``: who computes the tile GEMMs — "mkl" (the ``qkv[mkl]`` extra), "numpy", or
       "auto" (MKL if installed on an Intel CPU; :mod:`.gemm` says why).
     - ``stats``: a :class:`TileStats` to fill, or None.
@@ -109,6 +112,7 @@ class KernelConfig:
     workers: int | None = None
     backend: str = "auto"
     gemm: str = "auto"
+    pin: bool = True
     stats: TileStats | None = None
 
     def __post_init__(self):
@@ -120,6 +124,8 @@ class KernelConfig:
         if self.backend not in BACKENDS:
             raise ValueError(f"kernel_config: backend must be one of {BACKENDS}, "
                              f"got {self.backend!r}")
+        if not isinstance(self.pin, bool):
+            raise ValueError(f"kernel_config: pin must be True or False, got {self.pin!r}")
         if self.gemm not in GEMMS:
             raise ValueError(f"kernel_config: gemm must be one of {GEMMS}, got {self.gemm!r}")
         if self.workers is not None and (not isinstance(self.workers, int) or self.workers < 1):
@@ -179,7 +185,8 @@ def cpu_workers() -> int:
 
 
 _default = KernelConfig(backend=os.environ.get("QKV_BACKEND", "auto"),
-                        gemm=os.environ.get("QKV_GEMM", "auto"))
+                        gemm=os.environ.get("QKV_GEMM", "auto"),
+                        pin=os.environ.get("QKV_PIN", "1") != "0")
 _current: contextvars.ContextVar[KernelConfig] = contextvars.ContextVar("qkv_kernel_config",
                                                                          default=_default)
 
