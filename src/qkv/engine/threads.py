@@ -159,6 +159,7 @@ def run(worker: Callable[[int, object], None], items: Sequence, workers: int, *,
                     raise
         finally:
             _local.inside = False
+            places.leave(worker_id)
 
     # The caller is worker 0 and the pool lends workers − 1 helpers: one thread fewer to wake,
     # and the caller, already running, starts on the first item at once (measured on a loaded
@@ -192,9 +193,15 @@ class _Places:
     at 1.65 cores busy and 55–65 ms at 1.1–1.3, the two threads' CPUs read from /proc; pinned,
     39–43 ms every run). So the caller keeps the core it is on, pinned until the call ends (its
     own affinity is restored then), and helper i takes the i-th core after it among the
-    process's allowed ones. Beside a busy core the shared queue still balances: a worker pinned
-    next to another process takes fewer items.
+    process's allowed ones; each thread gets its mask back when it is done. Beside a busy core
+    the shared queue still balances: a worker pinned next to another process takes fewer items.
+    Only one call at a time pins: two callers (an explorer's concurrent requests, say) that
+    started on the same core would otherwise both stay there, so a call that starts while
+    another is pinned leaves its threads to the scheduler.
     """
+
+    _active = 0  # calls pinned now
+    _lock = threading.Lock()
 
     def __init__(self, cpus: list[int], start: int, caller_mask: set[int] | None):
         self.cpus, self.start, self.caller_mask = cpus, start, caller_mask
@@ -204,27 +211,46 @@ class _Places:
         cpus, cpu = _allowed_cpus(), _current_cpu()
         if cpu is None or len(cpus) < 2 or cpu not in cpus:
             return cls([], 0, None)
-        mask = set(cpus)
+        with cls._lock:
+            if cls._active:
+                return cls([], 0, None)
+            cls._active += 1
         try:
             os.sched_setaffinity(0, {cpu})
         except OSError:
+            with cls._lock:
+                cls._active -= 1
             return cls([], 0, None)
-        return cls(cpus, cpus.index(cpu), mask)
+        return cls(cpus, cpus.index(cpu), set(cpus))
 
     def take(self, worker_id: int) -> None:
         if worker_id == 0 or not self.cpus:
             return
-        try:  # a pool thread: qkv's own, so it may stay where the last call put it
+        try:
             os.sched_setaffinity(0, {self.cpus[(self.start + worker_id) % len(self.cpus)]})
         except OSError:
             pass
 
+    def leave(self, worker_id: int) -> None:
+        """A helper done with this call's items: back to every allowed core."""
+        if worker_id == 0 or not self.cpus:
+            return
+        try:
+            os.sched_setaffinity(0, self.cpus)
+        except OSError:
+            pass
+
     def release(self) -> None:
-        if self.caller_mask is not None:
-            try:
-                os.sched_setaffinity(0, self.caller_mask)
-            except OSError:
-                pass
+        """The caller done with its items: its own mask back, and the next call may pin."""
+        if self.caller_mask is None:
+            return
+        try:
+            os.sched_setaffinity(0, self.caller_mask)
+        except OSError:
+            pass
+        with _Places._lock:
+            _Places._active -= 1
+        self.caller_mask = None
 
 
 def _allowed_cpus() -> list[int]:
