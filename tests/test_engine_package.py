@@ -98,14 +98,19 @@ def test_compiled_exp2_is_accurate_and_flushes_subnormals():
 
 
 @pytest.mark.parametrize("backend", BACKEND_PARAMS)
-def test_weights_below_2_to_the_minus_63_are_flushed(backend):
-    # a weight times a value must stay normal (subnormal products slow the P·V GEMM 4–80×)
+@pytest.mark.parametrize("products", [False, True])
+def test_weights_flush_below_the_floor_of_their_path(backend, products):
+    # 2^-126 (never subnormal); with products (the tiled kernel) 2^-63, so that a weight times a
+    # value stays normal too (subnormal products slow the P·V GEMM 4–80×)
     from qkv.engine import step
 
-    x = np.array([0.0, -10.0, -62.9, -63.0, -63.1, -100.0, -130.0, -np.inf], np.float32)
+    floor = -63 if products else -126
+    x = np.array([0.0, -10.0, -62.9, -63.0, -63.1, -100.0, -125.9, -126.0, -126.5, -200.0,
+                  -np.inf], np.float32)
     s = (x / np.float32(np.log2(np.e)))[None, None, :].copy()  # natural units, ref 0
-    step.get(backend).probabilities(s, None, np.zeros((1, x.size), np.float32))
-    keep = x >= -63
+    step.get(backend).probabilities(s, None, np.zeros((1, x.size), np.float32),
+                                    products=products)
+    keep = x >= floor
     np.testing.assert_allclose(s[0, 0][keep], np.exp2(x[keep].astype(np.float64)), rtol=1e-5)
     assert not s[0, 0][~keep].any()
 

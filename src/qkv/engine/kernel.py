@@ -307,7 +307,8 @@ def _forward_tiled_work(p, cfg, step, out, lse, scratch):
             s = _tile_scores(p, q_scaled[r0:r1], k_rows(k0, k1), b, h, qi, kj,
                              out=scratch.tile(worker_id, k1 - k0, r1 - r0, c), use=use)  # (tk, tr)
             step.online_softmax(s[None], _allowed_t(kind, block), m[None, r0:r1],
-                                row_sum[None, r0:r1], None if acc is None else acc[None, r0:r1])
+                                row_sum[None, r0:r1], None if acc is None else acc[None, r0:r1],
+                                products=True)
             if acc is not None:  # acc += P V: (tr, tk) @ (tk, Dv)
                 kept = _kept(p, b, h, qi, kj, c)
                 if kept is not None:  # dropout after the softmax's sums: ℓ is undropped
@@ -354,7 +355,7 @@ def _decode_worker(p, planner, step, q, keys, values, out_flat, lse_flat, scratc
             allowed = None if kind != PARTIAL else np.ascontiguousarray(
                 np.broadcast_to(block(True), (k1 - k0, g)))[None]  # the one query's, G times
             step.online_softmax(s[None], allowed, m[None], row_sum[None],
-                                None if acc is None else acc[None])
+                                None if acc is None else acc[None], products=True)
             if acc is not None:
                 v_tile = v_rows(k0, k1)
                 acc += _dot(s.T, v_tile, _bad_rows(p, v_tile))  # (G, tk) @ (tk, Dv)
@@ -510,9 +511,9 @@ def weights(p: Problem) -> np.ndarray:
 
     First the forward's lse for these rows, then each tile's weights recomputed from it with
     the step's ``probabilities`` — as the backward does — and each row divided by its sum, so
-    the memory is the result plus a tile. Empty tiles are never computed. Weights below 2^-63
-    in float32 (5.4e-20; 2^-511 in float64, see :mod:`.step`) or below the result dtype's
-    smallest normal number are returned as 0.
+    the memory is the result plus a tile. Empty tiles are never computed. Weights below the
+    dtype's smallest normal number (1.2e-38 in float32) — and, on the tiled path, below 2^-63
+    (5.4e-20; 2^-511 in float64: see :mod:`.step`) — are returned as 0.
     """
     result = np.zeros((*p.batch_shape, p.hq, p.nq, p.nk), dtype=p.dtype)
     if p.empty:
@@ -547,7 +548,7 @@ def weights(p: Problem) -> np.ndarray:
                 s = _tile_scores(p, q_scaled[r0:r1], k_bh[k0:k1], b, h, qi, kj,
                                  use=use)  # (tk, tr)
                 step.probabilities(s[None], _allowed_t(kind, block),
-                                   lse_flat[None, b, h, q0 + r0: q0 + r1])
+                                   lse_flat[None, b, h, q0 + r0: q0 + r1], products=True)
                 flat[b, h, q0 + r0: q0 + r1, k0:k1] = s.T
 
         _run(p, cfg, worker, items, tiled=True)
@@ -868,7 +869,8 @@ def _backward_tiled(p, cfg, step, delta, lse_f, dout_f, deterministic=False, dbi
                                         keep_tanh=True, use=use,
                                         out=scratch.tile(worker_id, t1 - t0, r1 - r0, c))
                     step.probabilities(s[None], _allowed_t(kind, block),
-                                       lse_f[None, b, h, q0 + r0: q0 + r1])  # Pᵀ, recomputed
+                                       lse_f[None, b, h, q0 + r0: q0 + r1],
+                                       products=True)  # Pᵀ, recomputed
                     row_sums[0, b, h, q0 + r0: q0 + r1] += s.sum(axis=0)
                     kept = _kept(p, b, h, qi, kj, c)  # dropout: Z / (1 − rate), or None
                     gemm.matmul(s if kept is None else s * kept, do_tile[rows], dv_acc[t0:t1],
@@ -922,7 +924,7 @@ def _backward_tiled(p, cfg, step, delta, lse_f, dout_f, deterministic=False, dbi
                 s, t = _tile_scores(p, q_scaled[r0:r1], k_bh[t0:t1], b, h, qi, kj,
                                     keep_tanh=True, use=use)
                 step.probabilities(s[None], _allowed_t(kind, block),
-                                   lse_f[None, b, h, q0 + r0: q0 + r1])
+                                   lse_f[None, b, h, q0 + r0: q0 + r1], products=True)
                 dp = gemm.matmul(v_bh[t0:t1], do_tile[r0:r1].T, use=use)
                 kept = _kept(p, b, h, qi, kj, c)
                 if kept is not None:

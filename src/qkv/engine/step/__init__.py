@@ -8,7 +8,7 @@ tile's scores with a GEMM and then calls these three functions on it. A tile is 
 ``Q Kᵀ``), and each query's max and sum become element-wise updates across a row of queries,
 which vectorise without horizontal reductions. Per-query state has shape ``(P, R)``.
 
-``online_softmax(s, allowed, m, row_sum, acc)``
+``online_softmax(s, allowed, m, row_sum, acc, products=False)``
     FlashAttention-2 Algorithm 1's update. With the running max ``m``, the running sum
     ``row_sum`` (the paper's ℓ) and the accumulator ``acc (P, R, Dv)`` (or None)::
 
@@ -19,7 +19,7 @@ which vectorise without horizontal reductions. Per-query state has shape ``(P, R
 
     ``s`` is overwritten with ``p``; ``m`` and ``row_sum`` are updated in place.
 
-``probabilities(s, allowed, lse)``
+``probabilities(s, allowed, lse, products=False)``
     The weights recomputed from the final ``lse (P, R)``: ``s ← exp(s − lse)``, masked pairs 0
     (the backward's P, and ``attention_weights``).
 
@@ -28,10 +28,15 @@ which vectorise without horizontal reductions. Per-query state has shape ``(P, R
     wherever p is 0 — so a huge dP against a masked (stale) value cannot make inf·0 = NaN.
 
 ``allowed`` is the tile's ``(P, T, R)`` bool block (transposed like ``s``), or None for a FULL
-tile. Weights below 2^-63 in float32 (2^-511 in float64: half the exponent range) are flushed
-to 0: multiplied by a value they could make subnormal products, which slow the P·V GEMM by
-4–80× on Intel CPUs (measured), and the absolute error, < 2^-63 · Σ|v|, is 39 binary orders
-below float32's rounding. No weight is ever subnormal.
+tile. Weights that would be subnormal (below the dtype's smallest normal number, 2^-126 in
+float32) are flushed to 0: they would slow every later operation by an order of magnitude, and
+the absolute error is < 1.2e-38. With ``products=True`` (the tiled kernel passes it to
+``online_softmax`` and ``probabilities``) weights below 2^-63 (2^-511 in float64: half the
+exponent range) are flushed too: times a value they could make subnormal products, which slow a
+large P·V GEMM 4–80× on Intel CPUs (``python benchmarks/subnormal_gemm.py``), while such a
+weight moves an output by < 2^-63 · Σ|v|, 39 binary orders below float32's rounding. The
+small path (all heads at once), whose GEMMs are small, keeps 2^-126 — and with it the bits of
+every model trained on it.
 
 :mod:`.numpy_step` is the reference implementation (several NumPy passes); :mod:`.compiled`
 fuses each function into one pass over the tile with Numba, without the GIL (the ``qkv[fast]``

@@ -146,24 +146,28 @@ def _jit() -> ModuleType:
     return compiled
 
 
-def online_softmax(s, allowed, m, row_sum, acc) -> None:
+def _floor(products: bool) -> np.float32:
+    return np.float32(-63.0 if products else -126.0)  # compiled.PRODUCT_FLOOR, FLOOR
+
+
+def online_softmax(s, allowed, m, row_sum, acc, products: bool = False) -> None:
     block, masked = _mask_arg(allowed)
     acc_arg = _NO_ACC if acc is None else acc
     if _module is None or not (_ok(s, acc_arg) and _ok(m, row_sum) and s.ndim == acc_arg.ndim == 3
             and m.ndim == row_sum.ndim == 2 and _mask_ok(block)):
-        return _jit().online_softmax(s, allowed, m, row_sum, acc)
+        return _jit().online_softmax(s, allowed, m, row_sum, acc, products)
     fn = _module.online_softmax if block.flags.writeable else _module.online_softmax_ro
-    fn(s, block, masked, m, row_sum, acc_arg, acc is not None)
+    fn(s, block, masked, m, row_sum, acc_arg, acc is not None, _floor(products))
 
 
-def probabilities(s, allowed, lse) -> None:
+def probabilities(s, allowed, lse, products: bool = False) -> None:
     block, masked = _mask_arg(allowed)
     lse = np.ascontiguousarray(lse, dtype=np.float32)
     if _module is None or not (_ok(s) and s.ndim == 3 and lse.ndim == 2 and lse.flags.c_contiguous
             and _mask_ok(block)):
-        return _jit().probabilities(s, allowed, lse)
+        return _jit().probabilities(s, allowed, lse, products)
     fn = _module.probabilities if block.flags.writeable else _module.probabilities_ro
-    fn(s, block, masked, lse if lse.flags.writeable else lse.copy())
+    fn(s, block, masked, lse if lse.flags.writeable else lse.copy(), _floor(products))
 
 
 def softmax_grad(dp, p, delta) -> None:

@@ -11,6 +11,7 @@ JIT before it is installed.
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import os
 import shutil
 import tempfile
@@ -25,12 +26,12 @@ from . import compiled as jit
 _online, _probs, _grad = jit._online_softmax, jit._probabilities, jit._softmax_grad
 
 
-def _call_online_softmax(s, allowed, masked, m, row_sum, acc, has_acc):
-    _online(s, allowed, masked, m, row_sum, acc, has_acc)
+def _call_online_softmax(s, allowed, masked, m, row_sum, acc, has_acc, floor):
+    _online(s, allowed, masked, m, row_sum, acc, has_acc, floor)
 
 
-def _call_probabilities(s, allowed, masked, lse):
-    _probs(s, allowed, masked, lse)
+def _call_probabilities(s, allowed, masked, lse, floor):
+    _probs(s, allowed, masked, lse, floor)
 
 
 def _call_softmax_grad(dp, p, delta):
@@ -83,9 +84,10 @@ def _compile(out_dir: Path, module_name: str) -> Path:
     for suffix, mask in (("", types.Array(types.bool_, 3, "C")),
                          ("_ro", types.Array(types.bool_, 3, "C", readonly=True))):
         cc.export(f"online_softmax{suffix}",
-                  types.void(f3, mask, types.bool_, f2, f2, f3, types.bool_))(_call_online_softmax)
+                  types.void(f3, mask, types.bool_, f2, f2, f3, types.bool_,
+                             types.float32))(_call_online_softmax)
         cc.export(f"probabilities{suffix}",
-                  types.void(f3, mask, types.bool_, f2))(_call_probabilities)
+                  types.void(f3, mask, types.bool_, f2, types.float32))(_call_probabilities)
     cc.export("softmax_grad", types.void(f3, f3, f2))(_call_softmax_grad)
 
     plain = pycc_compiler.Flags
@@ -118,6 +120,7 @@ def check_against_jit(file: Path) -> str:
     rng = np.random.default_rng(0)
     for planes, keys, queries in ((1, 256, 128), (3, 17, 33)):
         s = (rng.standard_normal((planes, keys, queries)) * 4).astype(np.float32)
+        s[:, :, 2] *= 25  # weights from 1 down past 2^-126: both floors flush some
         s[:, :, 0] = -np.inf  # a query whose scores are all −inf
         allowed = rng.random((planes, keys, queries)) < 0.7
         allowed[:, :, 1] = False  # a query with nothing allowed
@@ -126,23 +129,26 @@ def check_against_jit(file: Path) -> str:
         m0 = rng.standard_normal((planes, queries)).astype(np.float32)
         sum0 = rng.random((planes, queries)).astype(np.float32)
         acc0 = rng.standard_normal((planes, queries, 8)).astype(np.float32)
-        for name, mask in (("online_softmax", allowed), ("online_softmax_ro", readonly),
-                           ("online_softmax", None)):
+        for (name, mask), products in itertools.product(
+                (("online_softmax", allowed), ("online_softmax_ro", readonly),
+                 ("online_softmax", None)), (False, True)):
             ours, theirs = ([x.copy() for x in (s, m0, sum0, acc0)] for _ in range(2))
             block, masked = aot._mask_arg(mask)
-            getattr(module, name)(ours[0], block, masked, ours[1], ours[2], ours[3], True)
-            jit.online_softmax(*theirs[:1], mask, *theirs[1:])
+            getattr(module, name)(ours[0], block, masked, ours[1], ours[2], ours[3], True,
+                                  aot._floor(products))
+            jit.online_softmax(*theirs[:1], mask, *theirs[1:], products)
             if not all(np.array_equal(a, b, equal_nan=True) for a, b in zip(ours, theirs,
                                                                              strict=True)):
                 return f"{name}, tile {s.shape}"
         lse = m0 + np.float32(3)
         lse[:, 2] = -np.inf  # a query with no allowed key
-        for name, mask in (("probabilities", allowed), ("probabilities_ro", readonly),
-                           ("probabilities", None)):
+        for (name, mask), products in itertools.product(
+                (("probabilities", allowed), ("probabilities_ro", readonly),
+                 ("probabilities", None)), (False, True)):
             ours, theirs = s.copy(), s.copy()
             block, masked = aot._mask_arg(mask)
-            getattr(module, name)(ours, block, masked, lse)
-            jit.probabilities(theirs, mask, lse)
+            getattr(module, name)(ours, block, masked, lse, aot._floor(products))
+            jit.probabilities(theirs, mask, lse, products)
             if not np.array_equal(ours, theirs, equal_nan=True):
                 return f"{name}, tile {s.shape}"
         p = np.where(allowed, rng.random(s.shape), 0).astype(np.float32)

@@ -34,12 +34,10 @@ LOG2E = F(math.log2(math.e))
 NEG_INF = F(-np.inf)
 POS_INF = F(np.inf)
 FLOOR = F(-126.0)  # 2^x below 2^-126 would be subnormal: flushed to 0
-# Weights below 2^-63 are flushed to 0 too: their products with v could be subnormal, and a
-# GEMM that meets subnormal products runs 4–80× slower on Intel CPUs (measured with MKL and
-# OpenBLAS: P ~ 1e-36 4×, 2e-38 80×). Such a weight moves an output by < 2^-63 · Σ|v|, 39
-# binary orders below float32's rounding. (2^-63: half the exponent range, so p · v stays
-# normal for |v| ≥ 2^-63.)
-WEIGHT_FLOOR = F(-63.0)
+# The tiled kernel flushes weights below 2^-63 too (the step's ``floor``; see the package doc):
+# their products with v could be subnormal, and a large GEMM that meets subnormal products runs
+# 4–80× slower on Intel CPUs (benchmarks/subnormal_gemm.py).
+PRODUCT_FLOOR = F(-63.0)
 CEIL = F(128.0)  # 2^x from 2^128 on is float32's inf (an lse that is too small: see backward)
 HALF = F(0.5)
 ZERO = F(0.0)
@@ -101,14 +99,8 @@ def exp2(x):
     return _exp2_above(x, FLOOR)
 
 
-@njit(inline="always", fastmath=FLAGS)
-def weight(x):
-    """A weight 2^x (x ≤ 0 in the forward), flushed to 0 below 2^-63 (:data:`WEIGHT_FLOOR`)."""
-    return _exp2_above(x, WEIGHT_FLOOR)
-
-
 @njit(nogil=True, fastmath=FLAGS, cache=True)
-def _online_softmax(s, allowed, masked, m, row_sum, acc, has_acc):
+def _online_softmax(s, allowed, masked, m, row_sum, acc, has_acc, floor):
     planes, keys, queries = s.shape
     m_new = np.empty(queries, dtype=np.float32)
     m_ref = np.empty(queries, dtype=np.float32)
@@ -142,12 +134,12 @@ def _online_softmax(s, allowed, masked, m, row_sum, acc, has_acc):
             if masked:
                 ok_j = ok[j]
                 for i in range(queries):
-                    p = weight((row[i] - m_ref[i]) * LOG2E) if ok_j[i] else ZERO
+                    p = _exp2_above((row[i] - m_ref[i]) * LOG2E, floor) if ok_j[i] else ZERO
                     row[i] = p
                     sum_g[i] += p
             else:
                 for i in range(queries):
-                    p = weight((row[i] - m_ref[i]) * LOG2E)
+                    p = _exp2_above((row[i] - m_ref[i]) * LOG2E, floor)
                     row[i] = p
                     sum_g[i] += p
         if has_acc:
@@ -159,7 +151,7 @@ def _online_softmax(s, allowed, masked, m, row_sum, acc, has_acc):
 
 
 @njit(nogil=True, fastmath=FLAGS, cache=True)
-def _probabilities(s, allowed, masked, lse):
+def _probabilities(s, allowed, masked, lse, floor):
     planes, keys, queries = s.shape
     for g in range(planes):
         tile, ok, ref = s[g], allowed[g if masked else 0], lse[g]
@@ -170,11 +162,11 @@ def _probabilities(s, allowed, masked, lse):
                 for i in range(queries):
                     # a query with no allowed key has lse = −inf: its weights are 0
                     x = (row[i] - ref[i]) * LOG2E
-                    row[i] = weight(x) if ok_j[i] and ref[i] != NEG_INF else ZERO
+                    row[i] = _exp2_above(x, floor) if ok_j[i] and ref[i] != NEG_INF else ZERO
             else:
                 for i in range(queries):
                     x = (row[i] - ref[i]) * LOG2E
-                    row[i] = weight(x) if ref[i] != NEG_INF else ZERO
+                    row[i] = _exp2_above(x, floor) if ref[i] != NEG_INF else ZERO
 
 
 @njit(nogil=True, fastmath=FLAGS, cache=True)
@@ -197,15 +189,20 @@ def _mask_arg(allowed):
     return (_NO_MASK, False) if allowed is None else (np.ascontiguousarray(allowed), True)
 
 
-def online_softmax(s, allowed, m, row_sum, acc) -> None:
+def _floor(products: bool):
+    return PRODUCT_FLOOR if products else FLOOR
+
+
+def online_softmax(s, allowed, m, row_sum, acc, products: bool = False) -> None:
     block, masked = _mask_arg(allowed)
     _online_softmax(s, block, masked, m, row_sum, _NO_ACC if acc is None else acc,
-                    acc is not None)
+                    acc is not None, _floor(products))
 
 
-def probabilities(s, allowed, lse) -> None:
+def probabilities(s, allowed, lse, products: bool = False) -> None:
     block, masked = _mask_arg(allowed)
-    _probabilities(s, block, masked, np.ascontiguousarray(lse, dtype=np.float32))
+    _probabilities(s, block, masked, np.ascontiguousarray(lse, dtype=np.float32),
+                   _floor(products))
 
 
 def softmax_grad(dp, p, delta) -> None:

@@ -11,17 +11,20 @@ import math
 import numpy as np
 
 LOG2E = math.log2(math.e)
-# Weights below 2^floor are flushed to 0: half the exponent range, so that a weight times a
-# value stays a normal number (subnormal products slow a GEMM 4–80×; see compiled.py).
-WEIGHT_FLOOR = {np.dtype(np.float32): -63.0, np.dtype(np.float64): -511.0}
+# Below these exponents exp2 would return a subnormal number: flushed to 0 instead. With
+# ``products`` (the tiled kernel), below half the exponent range, so that a weight times a value
+# stays a normal number too (subnormal products slow a large GEMM 4–80×; see compiled.py).
+EXP2_FLOOR = {np.dtype(np.float32): -126.0, np.dtype(np.float64): -1022.0}
+PRODUCT_FLOOR = {np.dtype(np.float32): -63.0, np.dtype(np.float64): -511.0}
 
 
-def _exp_from(s: np.ndarray, ref: np.ndarray, allowed: np.ndarray | None) -> None:
-    """s ← exp(s − ref) in place, ref ``(P, R)`` per query; masked pairs and weights below
-    2^floor (:data:`WEIGHT_FLOOR`) exactly 0. Queries whose ``ref`` is −inf (nothing
-    allowed) give 0 everywhere."""
+def _exp_from(s: np.ndarray, ref: np.ndarray, allowed: np.ndarray | None,
+              products: bool = False) -> None:
+    """s ← exp(s − ref) in place, ref ``(P, R)`` per query; masked pairs and would-be
+    subnormals (with ``products``: weights below :data:`PRODUCT_FLOOR`) exactly 0. Queries whose
+    ``ref`` is −inf (nothing allowed) give 0 everywhere."""
     c = s.dtype.type
-    floor = WEIGHT_FLOOR[s.dtype]
+    floor = (PRODUCT_FLOOR if products else EXP2_FLOOR)[s.dtype]
     if allowed is not None:
         # Excluded before any arithmetic: a NaN or a huge stale score in a masked slot is gone.
         np.copyto(s, -np.inf, where=~allowed)
@@ -35,13 +38,13 @@ def _exp_from(s: np.ndarray, ref: np.ndarray, allowed: np.ndarray | None) -> Non
     np.exp2(s, out=s)
 
 
-def online_softmax(s, allowed, m, row_sum, acc) -> None:
+def online_softmax(s, allowed, m, row_sum, acc, products: bool = False) -> None:
     tile_max = (s.max(axis=-2, initial=-np.inf, where=allowed) if allowed is not None
                 else s.max(axis=-2, initial=-np.inf))
     m_new = np.maximum(m, tile_max)  # (P, R)
     seen = m_new > -np.inf
     alpha = np.exp(np.subtract(m, m_new, out=np.zeros_like(m), where=seen))  # m = −inf → 0
-    _exp_from(s, m_new, allowed)
+    _exp_from(s, m_new, allowed, products)
     row_sum *= alpha
     row_sum += s.sum(axis=-2)
     if acc is not None:
@@ -49,8 +52,8 @@ def online_softmax(s, allowed, m, row_sum, acc) -> None:
     m[...] = m_new
 
 
-def probabilities(s, allowed, lse) -> None:
-    _exp_from(s, lse, allowed)
+def probabilities(s, allowed, lse, products: bool = False) -> None:
+    _exp_from(s, lse, allowed, products)
 
 
 def softmax_grad(dp, p, delta) -> None:
