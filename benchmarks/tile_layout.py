@@ -22,7 +22,17 @@ from numba import njit
 from qkv.engine import KernelConfig, gemm, step
 
 # the compiled step's own pieces (the engine's internal surface; a benchmark may read it)
-from qkv.engine.step.compiled import FLAGS, LOG2E, NEG_INF, ONE, POS_INF, _maxnum, exp2, weight
+from qkv.engine.step.compiled import (
+    FLAGS,
+    LOG2E,
+    NEG_INF,
+    ONE,
+    POS_INF,
+    PRODUCT_FLOOR,
+    _exp2_above,
+    _maxnum,
+    exp2,
+)
 
 
 @njit(nogil=True, fastmath=FLAGS)
@@ -38,7 +48,7 @@ def rows_step(s, m, row_sum, acc):
         ref = top if top != NEG_INF else POS_INF
         total = np.float32(0.0)
         for j in range(keys):
-            p = weight((r[j] - ref) * LOG2E)
+            p = _exp2_above((r[j] - ref) * LOG2E, PRODUCT_FLOOR)  # as the tiled kernel
             r[j] = p
             total += p
         row_sum[i] = row_sum[i] * alpha + total
