@@ -97,6 +97,61 @@ def test_compiled_exp2_is_accurate_and_flushes_subnormals():
     assert not got[~normal].any()  # below 2^-126: exactly 0, never subnormal
 
 
+@needs_numba
+@pytest.mark.parametrize("masked", [False, True])
+def test_full_width_vectors_change_the_steps_speed_never_its_bits(masked):
+    # every compiled step function carries the width hint; compiled again without it (LLVM's
+    # default width for this CPU) it writes the same bits, masked or not, −inf rows included
+    import types
+
+    import numba
+
+    from qkv.engine.step import compiled
+
+    @numba.njit(inline="always")
+    def default_width():
+        return None
+
+    def recompiled(dispatcher, hint):  # not cached: Numba shows no IR for cached code
+        fn = dispatcher.py_func
+        scope = dict(fn.__globals__, wide_vectors=compiled.wide_vectors if hint else default_width)
+        return numba.njit(nogil=True, fastmath=compiled.FLAGS)(types.FunctionType(
+            fn.__code__, scope, fn.__name__, fn.__defaults__, fn.__closure__))
+
+    rng = np.random.default_rng(3)
+    s = (rng.standard_normal((2, 96, 77)) * 30).astype(np.float32)
+    s[:, :, 5] = -np.inf  # a query with nothing finite
+    allowed = rng.random((2, 96, 77)) < 0.6
+    allowed[:, :, 6] = False  # a query with nothing allowed
+    lse = rng.standard_normal((2, 77)).astype(np.float32) * 30
+
+    def calls():
+        """Each step function's arguments, fresh, and the arrays it writes."""
+        m = np.full((2, 77), -np.inf, np.float32)
+        m[:, :9] = 3.0  # some queries saw keys before this tile
+        row_sum, acc = np.ones((2, 77), np.float32), np.ones((2, 77, 8), np.float32)
+        tile, probs, grad = s.copy(), s.copy(), s.copy()
+        return [((tile, allowed, masked, m, row_sum, acc, True, compiled.PRODUCT_FLOOR),
+                 (tile, m, row_sum, acc)),
+                ((probs, allowed, masked, lse, compiled.FLOOR), (probs,)),
+                ((grad, np.abs(s) / 100, lse), (grad,))]
+
+    dispatchers = (compiled._online_softmax, compiled._probabilities, compiled._softmax_grad)
+    for dispatcher, (args, written), (args_plain, written_plain) in zip(
+            dispatchers, calls(), calls(), strict=True):
+        assert "wide_vectors" in dispatcher.py_func.__code__.co_names
+        dispatcher(*args)  # the step as shipped (cached, with the hint)
+        plain = recompiled(dispatcher, hint=False)
+        plain(*args_plain)
+        for a, b in zip(written, written_plain, strict=True):
+            np.testing.assert_array_equal(a, b)
+        hinted = recompiled(dispatcher, hint=True)
+        hinted(*calls()[dispatchers.index(dispatcher)][0])
+        ir = next(iter(hinted.inspect_llvm().values()))
+        assert compiled.WIDE in ir and compiled.WIDE not in next(
+            iter(plain.inspect_llvm().values()))
+
+
 @pytest.mark.parametrize("backend", BACKEND_PARAMS)
 @pytest.mark.parametrize("products", [False, True])
 def test_weights_flush_below_the_floor_of_their_path(backend, products):

@@ -76,6 +76,32 @@ def _maxnum(typingctx, a, b):
     return sig, codegen
 
 
+# LLVM's function attribute for the vector width its loop vectoriser may use. On CPUs with
+# AVX-512 LLVM prefers 256-bit vectors by default (older parts slowed their clock for 512-bit
+# ones); the step is a few fused multiply-adds per score on data in cache, so full-width vectors
+# take 0.69–0.84× the time per score (benchmarks/wide_vectors.py; the gradient step, which only
+# streams memory, about the same). Set on qkv's own compiled functions only —
+# Numba's process-wide switch (NUMBA_CPU_FEATURES) would change its users' code too. A hint:
+# CPUs without 512-bit registers ignore it. The step's loops are element-wise per query (no sum
+# across a vector), so the width changes their speed, never their bits.
+WIDE = '"prefer-vector-width"="512"'
+
+
+@intrinsic
+def wide_vectors(typingctx):
+    """Mark the calling compiled function for full-width vectors (see :data:`WIDE`). Call it
+    first in a function whose loops are element-wise: a reduction across a vector would sum in
+    another order at another width."""
+
+    def codegen(context, builder, signature, args):
+        # llvmlite's attribute set accepts only the attributes it knows and has no key="value"
+        # ones; LLVM's text form takes this one as written, so it is added past that check
+        set.add(builder.function.attributes, WIDE)
+        return context.get_dummy_value()
+
+    return types.none(), codegen
+
+
 @njit(inline="always", fastmath=FLAGS)
 def _exp2_above(x, floor):
     """2^x in float32 for x ≥ ``floor`` (≥ −126), exactly 0 below it (and for x = −inf), inf
@@ -101,6 +127,7 @@ def exp2(x):
 
 @njit(nogil=True, fastmath=FLAGS, cache=True)
 def _online_softmax(s, allowed, masked, m, row_sum, acc, has_acc, floor):
+    wide_vectors()
     planes, keys, queries = s.shape
     m_new = np.empty(queries, dtype=np.float32)
     m_ref = np.empty(queries, dtype=np.float32)
@@ -152,6 +179,7 @@ def _online_softmax(s, allowed, masked, m, row_sum, acc, has_acc, floor):
 
 @njit(nogil=True, fastmath=FLAGS, cache=True)
 def _probabilities(s, allowed, masked, lse, floor):
+    wide_vectors()
     planes, keys, queries = s.shape
     for g in range(planes):
         tile, ok, ref = s[g], allowed[g if masked else 0], lse[g]
@@ -171,6 +199,7 @@ def _probabilities(s, allowed, masked, lse, floor):
 
 @njit(nogil=True, fastmath=FLAGS, cache=True)
 def _softmax_grad(dp, p, delta):
+    wide_vectors()
     planes, keys, queries = dp.shape
     for g in range(planes):
         grad, prob, d = dp[g], p[g], delta[g]
