@@ -64,18 +64,19 @@ def main(argv=None) -> int:
             rows = min(tq, n - q0)
             m = np.full((1, rows), -np.inf, np.float32)  # running max
             row_sum = np.zeros((1, rows), np.float32)
-            acc = out[q0:q0 + rows]  # (tq, D)
+            acc_t = np.zeros((d, rows), np.float32)  # accᵀ (D, tq), as the kernel keeps it
             for k0 in range(0, n, tk):
                 cols = min(tk, n - k0)
                 t0 = time.perf_counter()
                 s = gemm.matmul(k[k0:k0 + cols], q_scaled[q0:q0 + rows].T,
                                 out=s_buf[:cols * rows].reshape(cols, rows), use=use)  # (tk, tq)
                 t1 = time.perf_counter()
-                compiled.online_softmax(s[None], None, m, row_sum, acc[None])
+                compiled.online_softmax(s[None], None, m, row_sum, acc_t[None])
                 t2 = time.perf_counter()
-                gemm.matmul(s.T, v[k0:k0 + cols], acc, accumulate=True, use=use)
+                gemm.matmul(v[k0:k0 + cols].T, s, acc_t, accumulate=True, use=use)  # Vᵀ Pᵀ
                 t3 = time.perf_counter()
                 parts[:] += (t1 - t0, t2 - t1, t3 - t2)
+            out[q0:q0 + rows] = (acc_t / row_sum).T
 
     flops = 2 * n * n * d  # one GEMM over the whole head
     with threadpoolctl.threadpool_limits(1, "blas"):
@@ -90,8 +91,8 @@ def main(argv=None) -> int:
         s_tile = np.empty((tk, tq), np.float32)
         alone_s = best(lambda: gemm.matmul(k[:tk], q_scaled[:tq].T, out=s_tile, use=use), 20)
         p_tile = np.abs(s_tile)
-        pv_out = np.zeros((tq, d), np.float32)
-        alone_pv = best(lambda: gemm.matmul(p_tile.T, v[:tk], pv_out, accumulate=True, use=use),
+        pv_out = np.zeros((d, tq), np.float32)
+        alone_pv = best(lambda: gemm.matmul(v[:tk].T, p_tile, pv_out, accumulate=True, use=use),
                         20)
         with qkv.engine.kernel_config(workers=1, gemm=args.gemm):
             q4, k4, v4 = (x[None, None] for x in (q, k, v))

@@ -129,7 +129,7 @@ def test_full_width_vectors_change_the_steps_speed_never_its_bits(masked):
         """Each step function's arguments, fresh, and the arrays it writes."""
         m = np.full((2, 77), -np.inf, np.float32)
         m[:, :9] = 3.0  # some queries saw keys before this tile
-        row_sum, acc = np.ones((2, 77), np.float32), np.ones((2, 77, 8), np.float32)
+        row_sum, acc = np.ones((2, 77), np.float32), np.ones((2, 8, 77), np.float32)
         tile, probs, grad = s.copy(), s.copy(), s.copy()
         return [((tile, allowed, masked, m, row_sum, acc, True, compiled.PRODUCT_FLOOR),
                  (tile, m, row_sum, acc)),

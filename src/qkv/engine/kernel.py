@@ -2,15 +2,15 @@
 
 Forward (FlashAttention-2, Algorithm 1), for each query tile Q_i of one (batch, head)::
 
-    m = −∞, ℓ = 0, acc = 0                                   (per query row)
+    m = −∞, ℓ = 0, accᵀ = 0                                  (per query)
     for each key tile K_j, V_j the mask does not classify EMPTY:
         Sᵀ  = K_j Q_iᵀ · scale (+ bias)                       the tile's scores   (tk, tq)
-        m, ℓ, acc, Pᵀ = online_softmax(Sᵀ, allowed, m, ℓ, acc)  step: P = exp(S − m_new)
-        acc += P V_j                                           (tq, Dv)
-    out = acc / ℓ,   lse = m + log ℓ                          (ℓ = 0: no key → 0, −∞)
+        m, ℓ, accᵀ, Pᵀ = online_softmax(Sᵀ, allowed, m, ℓ, accᵀ)  step: P = exp(S − m_new)
+        accᵀ += V_jᵀ Pᵀ                                       (Dv, tq), i.e. acc += P V_j
+    out = (accᵀ / ℓ)ᵀ,   lse = m + log ℓ                      (ℓ = 0: no key → 0, −∞)
 
-so no Nq × Nk array ever exists. Tiles are stored transposed, keys × queries (see :mod:`.step`
-for why). The element-wise half of each tile is the *tile step*
+so no Nq × Nk array ever exists. Tiles are stored transposed, keys × queries, and so is the
+accumulator (see :mod:`.step` for why). The element-wise half of each tile is the *tile step*
 (:mod:`.step`, NumPy or compiled); the GEMMs stay with the BLAS. The same step serves the
 backward (weights recomputed from lse), ``attention_weights``, small problems (all heads at
 once, as one batch of rows) and ring attention (which calls :func:`forward` per kv shard).
@@ -174,6 +174,17 @@ def _dot(weights: np.ndarray, x: np.ndarray, bad: np.ndarray | None,
     return into
 
 
+def _dot_t(x: np.ndarray, weights_t: np.ndarray, bad: np.ndarray | None, into_t: np.ndarray,
+           use: str) -> None:
+    """``into_t += xᵀ @ weights_t``: (D, R) += (D, T) @ (T, R), i.e. :func:`_dot` transposed,
+    from a tile stored keys × queries — the orientation MKL multiplies fastest. Rows of x
+    flagged ``bad`` reach only the queries that weight them, as in :func:`_dot`."""
+    if bad is None or not bad.any():
+        gemm.matmul(x.T, weights_t, into_t, accumulate=True, use=use)
+    else:
+        into_t += _dot(weights_t.T, x, bad).T
+
+
 def _planes_dot(p: Problem, weights: np.ndarray, x: np.ndarray) -> np.ndarray:
     """The small path's batched ``weights @ x``: ``(b, Hkv, G, Nq, Nk) @ (b, Hkv, 1, Nk, D)``.
     Non-finite rows of x (only possible with check_finite=False) go plane by plane through
@@ -287,10 +298,6 @@ def _forward_tiled_work(p, cfg, step, out, lse, scratch):
     values = None if out is None else _head_rows(p, "v")
     c = p.compute
     use = cfg.resolved_gemm()
-    # float32 and float64 accumulate straight into the output's rows (zeros, C-contiguous):
-    # no accumulator to allocate and copy per item. float16 accumulates in float32.
-    direct = out is not None and p.dtype == c
-
     def worker(worker_id: int, item) -> None:
         b, h, q0, q1 = item
         hk = h // p.group
@@ -300,23 +307,23 @@ def _forward_tiled_work(p, cfg, step, out, lse, scratch):
         tq = q1 - q0
         m = np.full(tq, -np.inf, dtype=c)  # running max
         row_sum = np.zeros(tq, dtype=c)  # running sum ℓ of exp(s − m)
-        acc = (None if out is None else out_flat[b, h, q0:q1] if direct
-               else np.zeros((tq, p.dv), dtype=c))  # (tq, Dv)
+        acc_t = None if out is None else np.zeros((p.dv, tq), dtype=c)  # accᵀ (Dv, tq)
         for r0, r1, k0, k1, kind, block in planner.tiles(b, h, q0, q1):
             qi, kj = p.q_pos[q0 + r0: q0 + r1], p.k_pos[k0:k1]
             s = _tile_scores(p, q_scaled[r0:r1], k_rows(k0, k1), b, h, qi, kj,
                              out=scratch.tile(worker_id, k1 - k0, r1 - r0, c), use=use)  # (tk, tr)
             step.online_softmax(s[None], _allowed_t(kind, block), m[None, r0:r1],
-                                row_sum[None, r0:r1], None if acc is None else acc[None, r0:r1],
-                                products=True)
-            if acc is not None:  # acc += P V: (tr, tk) @ (tk, Dv)
+                                row_sum[None, r0:r1],
+                                None if acc_t is None else acc_t[None, :, r0:r1], products=True)
+            if acc_t is not None:  # accᵀ += Vᵀ Pᵀ: (Dv, tk) @ (tk, tr)
                 kept = _kept(p, b, h, qi, kj, c)
                 if kept is not None:  # dropout after the softmax's sums: ℓ is undropped
                     s *= kept
                 v_tile = v_rows(k0, k1)
-                _dot(s.T, v_tile, _bad_rows(p, v_tile), acc[r0:r1], use)
+                _dot_t(v_tile, s, _bad_rows(p, v_tile), acc_t[:, r0:r1], use)
+        acc = None if acc_t is None else acc_t.T  # (tq, Dv)
         lse_flat[b, h, q0:q1] = _finish(m, row_sum, acc)
-        if acc is not None and not direct:
+        if acc is not None:
             _store(p, out_flat[b, h, q0:q1], acc)
 
     if _decode_group(p):
@@ -347,7 +354,7 @@ def _decode_worker(p, planner, step, q, keys, values, out_flat, lse_flat, scratc
         v_rows = None if values is None else values(b, hk)
         m = np.full(g, -np.inf, dtype=c)
         row_sum = np.zeros(g, dtype=c)
-        acc = None if values is None else np.zeros((g, p.dv), dtype=c)  # (G, Dv)
+        acc_t = None if values is None else np.zeros((p.dv, g), dtype=c)  # accᵀ (Dv, G)
         for _, _, k0, k1, kind, block in planner.tiles(b, hk * g, 0, 1):
             kj = p.k_pos[k0:k1]
             s = _tile_scores(p, q_scaled, k_rows(k0, k1), b, hk * g, p.q_pos, kj,
@@ -355,10 +362,11 @@ def _decode_worker(p, planner, step, q, keys, values, out_flat, lse_flat, scratc
             allowed = None if kind != PARTIAL else np.ascontiguousarray(
                 np.broadcast_to(block(True), (k1 - k0, g)))[None]  # the one query's, G times
             step.online_softmax(s[None], allowed, m[None], row_sum[None],
-                                None if acc is None else acc[None], products=True)
-            if acc is not None:
+                                None if acc_t is None else acc_t[None], products=True)
+            if acc_t is not None:
                 v_tile = v_rows(k0, k1)
-                acc += _dot(s.T, v_tile, _bad_rows(p, v_tile))  # (G, tk) @ (tk, Dv)
+                _dot_t(v_tile, s, _bad_rows(p, v_tile), acc_t, "numpy")  # (Dv, tk) @ (tk, G)
+        acc = None if acc_t is None else acc_t.T  # (G, Dv)
         lse_flat[b, heads, 0] = _finish(m, row_sum, acc)
         if acc is not None:
             _store(p, out_flat[b, heads, 0], acc)

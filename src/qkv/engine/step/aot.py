@@ -16,7 +16,8 @@ cannot be imported is skipped with a one-line warning; either way the JIT runs i
 putting it in place.
 
 The exported entry points take exactly the layouts the kernel passes (C-contiguous float32
-tiles and state, C-contiguous bool masks) and release the GIL like the JIT's; the wrappers below
+tiles and state, C-contiguous bool masks, an accumulator of any strides: the kernel passes a
+range of a query block's columns) and release the GIL like the JIT's; the wrappers below
 check that, and hand anything else to the JIT (an extension module's argument unboxing checks
 less than Numba's dispatcher does).
 """
@@ -123,8 +124,9 @@ def load() -> ModuleType | None:
 
 
 # -- the wrappers: the kernel's calls, checked, on the built module ---------------------------
-def _ok(*arrays, dtype=np.float32) -> bool:
-    return all(a.dtype == dtype and a.flags.c_contiguous and a.flags.writeable for a in arrays)
+def _ok(*arrays, dtype=np.float32, contiguous=True) -> bool:
+    return all(a.dtype == dtype and a.flags.writeable and a.flags.aligned
+               and (a.flags.c_contiguous or not contiguous) for a in arrays)
 
 
 def _mask_ok(block) -> bool:
@@ -153,7 +155,8 @@ def _floor(products: bool) -> np.float32:
 def online_softmax(s, allowed, m, row_sum, acc, products: bool = False) -> None:
     block, masked = _mask_arg(allowed)
     acc_arg = _NO_ACC if acc is None else acc
-    if _module is None or not (_ok(s, acc_arg) and _ok(m, row_sum) and s.ndim == acc_arg.ndim == 3
+    if _module is None or not (_ok(s, m, row_sum) and _ok(acc_arg, contiguous=False)
+            and s.ndim == acc_arg.ndim == 3
             and m.ndim == row_sum.ndim == 2 and _mask_ok(block)):
         return _jit().online_softmax(s, allowed, m, row_sum, acc, products)
     fn = _module.online_softmax if block.flags.writeable else _module.online_softmax_ro

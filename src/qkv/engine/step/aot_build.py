@@ -81,10 +81,11 @@ def _compile(out_dir: Path, module_name: str) -> Path:
     cc.verbose = False
     cc.target_cpu = llvm.get_host_cpu_name()  # as the JIT: the same vectors, the same sums
     f3, f2 = types.Array(types.float32, 3, "C"), types.Array(types.float32, 2, "C")
+    strided = types.Array(types.float32, 3, "A")  # the accumulator: a range of its columns
     for suffix, mask in (("", types.Array(types.bool_, 3, "C")),
                          ("_ro", types.Array(types.bool_, 3, "C", readonly=True))):
         cc.export(f"online_softmax{suffix}",
-                  types.void(f3, mask, types.bool_, f2, f2, f3, types.bool_,
+                  types.void(f3, mask, types.bool_, f2, f2, strided, types.bool_,
                              types.float32))(_call_online_softmax)
         cc.export(f"probabilities{suffix}",
                   types.void(f3, mask, types.bool_, f2, types.float32))(_call_probabilities)
@@ -112,6 +113,13 @@ def _import(file: Path):
     return module
 
 
+def _columns(a: np.ndarray) -> np.ndarray:
+    """A copy of ``a`` as a strided view: the middle columns of a wider array."""
+    wide = np.full((*a.shape[:-1], a.shape[-1] + 3), np.nan, a.dtype)
+    wide[..., 1:-2] = a
+    return wide[..., 1:-2]
+
+
 def check_against_jit(file: Path) -> str:
     """'' when the module at ``file`` gives the JIT's bits on tiles that reach every branch
     (masked or not, −inf rows, rows with nothing allowed, an accumulator, readonly masks);
@@ -128,11 +136,13 @@ def check_against_jit(file: Path) -> str:
         readonly.flags.writeable = False
         m0 = rng.standard_normal((planes, queries)).astype(np.float32)
         sum0 = rng.random((planes, queries)).astype(np.float32)
-        acc0 = rng.standard_normal((planes, queries, 8)).astype(np.float32)
+        acc0 = rng.standard_normal((planes, 8, queries)).astype(np.float32)  # (P, Dv, R)
         for (name, mask), products in itertools.product(
                 (("online_softmax", allowed), ("online_softmax_ro", readonly),
                  ("online_softmax", None)), (False, True)):
-            ours, theirs = ([x.copy() for x in (s, m0, sum0, acc0)] for _ in range(2))
+            # the accumulator as the kernel passes it: a range of a wider block's columns
+            ours, theirs = ([*(x.copy() for x in (s, m0, sum0)), _columns(acc0)]
+                            for _ in range(2))
             block, masked = aot._mask_arg(mask)
             getattr(module, name)(ours[0], block, masked, ours[1], ours[2], ours[3], True,
                                   aot._floor(products))

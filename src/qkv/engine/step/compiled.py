@@ -169,12 +169,12 @@ def _online_softmax(s, allowed, masked, m, row_sum, acc, has_acc, floor):
                     p = _exp2_above((row[i] - m_ref[i]) * LOG2E, floor)
                     row[i] = p
                     sum_g[i] += p
-        if has_acc:
+        if has_acc:  # (Dv, R): each of its rows scaled query by query
             acc_g = acc[g]
-            for i in range(queries):
-                a = alpha[i]
-                for d in range(acc_g.shape[1]):
-                    acc_g[i, d] *= a
+            for d in range(acc_g.shape[0]):
+                acc_d = acc_g[d]
+                for i in range(queries):
+                    acc_d[i] *= alpha[i]
 
 
 @njit(nogil=True, fastmath=FLAGS, cache=True)

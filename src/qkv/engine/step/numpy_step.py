@@ -48,7 +48,7 @@ def online_softmax(s, allowed, m, row_sum, acc, products: bool = False) -> None:
     row_sum *= alpha
     row_sum += s.sum(axis=-2)
     if acc is not None:
-        acc *= alpha[..., None]
+        acc *= alpha[..., None, :]  # (P, Dv, R): one column per query
     m[...] = m_new
 
 
