@@ -137,3 +137,31 @@ def beside_peer(peer_err: float, layers: int, scale: float = 1.0) -> float:
     than float32 through ``layers`` layers (~16 roundings of ``scale`` each) — so a peer that
     happens to round better on some CPU cannot tighten qkv's bar."""
     return max(4 * peer_err, 16 * layers * EPS32 * scale) + 8 * EPS32 * scale
+
+
+def recompiled(dispatcher, hint: bool):
+    """A compiled function of qkv's compiled anew, not cached (Numba shows no IR for cached code):
+    with its full-width-vector hint (``wide_vectors()``) or with the hint a no-op, i.e. at LLVM's
+    default width for this CPU."""
+    import types
+
+    import numba
+
+    from qkv.engine.step import compiled
+
+    @numba.njit(inline="always")
+    def default_width():
+        return None
+
+    fn = dispatcher.py_func
+    assert "wide_vectors" in fn.__code__.co_names, f"{fn.__name__} has no width hint"
+    scope = dict(fn.__globals__, wide_vectors=compiled.wide_vectors if hint else default_width)
+    return numba.njit(nogil=True, fastmath=compiled.FLAGS, error_model="numpy")(
+        types.FunctionType(fn.__code__, scope, fn.__name__, fn.__defaults__, fn.__closure__))
+
+
+def width_hint_in_ir(fn) -> bool:
+    """Whether a (not cached) compiled function's LLVM IR carries the full-width hint."""
+    from qkv.engine.step import compiled
+
+    return all(compiled.WIDE in ir for ir in fn.inspect_llvm().values())

@@ -102,21 +102,8 @@ def test_compiled_exp2_is_accurate_and_flushes_subnormals():
 def test_full_width_vectors_change_the_steps_speed_never_its_bits(masked):
     # every compiled step function carries the width hint; compiled again without it (LLVM's
     # default width for this CPU) it writes the same bits, masked or not, −inf rows included
-    import types
-
-    import numba
-
+    from helpers import recompiled, width_hint_in_ir
     from qkv.engine.step import compiled
-
-    @numba.njit(inline="always")
-    def default_width():
-        return None
-
-    def recompiled(dispatcher, hint):  # not cached: Numba shows no IR for cached code
-        fn = dispatcher.py_func
-        scope = dict(fn.__globals__, wide_vectors=compiled.wide_vectors if hint else default_width)
-        return numba.njit(nogil=True, fastmath=compiled.FLAGS)(types.FunctionType(
-            fn.__code__, scope, fn.__name__, fn.__defaults__, fn.__closure__))
 
     rng = np.random.default_rng(3)
     s = (rng.standard_normal((2, 96, 77)) * 30).astype(np.float32)
@@ -139,7 +126,6 @@ def test_full_width_vectors_change_the_steps_speed_never_its_bits(masked):
     dispatchers = (compiled._online_softmax, compiled._probabilities, compiled._softmax_grad)
     for dispatcher, (args, written), (args_plain, written_plain) in zip(
             dispatchers, calls(), calls(), strict=True):
-        assert "wide_vectors" in dispatcher.py_func.__code__.co_names
         dispatcher(*args)  # the step as shipped (cached, with the hint)
         plain = recompiled(dispatcher, hint=False)
         plain(*args_plain)
@@ -147,9 +133,7 @@ def test_full_width_vectors_change_the_steps_speed_never_its_bits(masked):
             np.testing.assert_array_equal(a, b)
         hinted = recompiled(dispatcher, hint=True)
         hinted(*calls()[dispatchers.index(dispatcher)][0])
-        ir = next(iter(hinted.inspect_llvm().values()))
-        assert compiled.WIDE in ir and compiled.WIDE not in next(
-            iter(plain.inspect_llvm().values()))
+        assert width_hint_in_ir(hinted) and not width_hint_in_ir(plain)
 
 
 @pytest.mark.parametrize("backend", BACKEND_PARAMS)

@@ -128,6 +128,30 @@ def test_compiled_exact_gelu_is_within_rounding_of_the_reference(dtype, capsys):
     np.testing.assert_array_equal(nn.gelu(x[::2]), fast[::2])  # strided: copied, same values
 
 
+@needs_numba
+def test_full_width_vectors_leave_every_gelu_bit_as_it_was():
+    # the float32 GELU loops carry the engine's width hint; compiled without it they give the
+    # same bits on every value, specials included (element-wise: no sum across a vector)
+    from helpers import recompiled, width_hint_in_ir
+    from qkv.nn import _compiled
+
+    x = np.concatenate([X, [np.inf, -np.inf, np.nan, -0.0, 0.0, 1e-40, -1e-40]]).astype(
+        np.float32)
+    dy = np.cos(3 * np.where(np.isfinite(x), x, 0)).astype(np.float32)
+    for loop, args in ((_compiled._gelu32, (x,)), (_compiled._gelu_backward32, (x, dy)),
+                       (_compiled._gelu_erf32, (x,)), (_compiled._gelu_erf_backward32, (x, dy))):
+        shipped, plain = np.empty_like(x), np.empty_like(x)
+        with np.errstate(invalid="ignore", over="ignore"):
+            loop(*args, shipped)
+            without = recompiled(loop, hint=False)
+            without(*args, plain)
+        np.testing.assert_array_equal(shipped, plain)
+        assert not width_hint_in_ir(without)
+    hinted = recompiled(_compiled._gelu_erf32, hint=True)
+    hinted(x, np.empty_like(x))
+    assert width_hint_in_ir(hinted)
+
+
 def test_exact_gelu_in_float16_and_mixed_dtypes_takes_numpy():
     x = np.linspace(-4, 4, 33, dtype=np.float16)
     np.testing.assert_array_equal(nn.gelu(x), activations.numpy_gelu(x))

@@ -40,7 +40,7 @@ import numpy as np
 # Numba is imported through the engine's compiled module, which first turns off Numba's
 # coloured messages (their exit hook writes a terminal reset code to stdout: an MPI rank's
 # "RESULT …" line would start with it). Imported here first, Numba would keep its colours.
-from ..engine.step.compiled import FLAGS, exp2, njit
+from ..engine.step.compiled import FLAGS, exp2, njit, wide_vectors
 
 _C = math.sqrt(2.0 / math.pi)
 _A = 0.044715
@@ -69,6 +69,7 @@ def _sigmoid_parts64(x):
 
 @njit(nogil=True, fastmath=FLAGS, error_model="numpy", cache=True)
 def _gelu32(x, out):
+    wide_vectors()
     for i in range(x.size):
         s, _ = _sigmoid_parts32(x[i])
         out[i] = x[i] * s
@@ -76,6 +77,7 @@ def _gelu32(x, out):
 
 @njit(nogil=True, fastmath=FLAGS, error_model="numpy", cache=True)
 def _gelu_backward32(x, dy, out):
+    wide_vectors()
     for i in range(x.size):
         xi = x[i]
         s, s1s = _sigmoid_parts32(xi)
@@ -146,12 +148,14 @@ def _phi32(x):
 
 @njit(nogil=True, fastmath=FLAGS, error_model="numpy", cache=True)
 def _gelu_erf32(x, out):
+    wide_vectors()  # element-wise: full-width vectors, the same bits
     for i in range(x.size):
         out[i] = x[i] * _phi32(x[i])
 
 
 @njit(nogil=True, fastmath=FLAGS, error_model="numpy", cache=True)
 def _gelu_erf_backward32(x, dy, out):
+    wide_vectors()
     # d/dx [x Φ(x)] = Φ(x) + x φ(x),  φ(x) = e^(−x²/2) / √(2π)
     for i in range(x.size):
         xi = x[i]

@@ -7,8 +7,9 @@ written out rather than called: Numba's ``math.exp`` is a scalar libm call that 
 vectorising the loop, so ``2^x`` (x ≤ 0) is split as ``2^n · 2^f`` with ``n = round(x)`` and
 ``f ∈ [−½, ½]``; ``2^f`` is a degree-6 polynomial (relative error ≈ 2e-8 before rounding, below
 float32's 6e-8) and ``2^n`` is built from its exponent bits. Everything else is compares,
-selects and fused multiply-adds, so each row loop vectorises. ``exp2`` is part of the engine's
-internal surface: :mod:`qkv.nn._compiled` calls it from its own compiled loops (the GELU).
+selects and fused multiply-adds, so each row loop vectorises. ``exp2`` and ``wide_vectors`` are
+part of the engine's internal surface: :mod:`qkv.nn._compiled` calls them from its own compiled
+loops (the GELU).
 
 The fast-math flags allow reassociating sums (vectorised reductions) but not ``nnan``/``ninf``:
 −inf marks masked pairs and empty rows, and must compare as −inf.
