@@ -100,6 +100,16 @@ def _load() -> None:
         _mkl = tuple(fns)
 
 
+def address(dtype) -> int | None:
+    """The address of MKL's ``cblas_sgemm`` (float32) or ``cblas_dgemm`` (float64) — the
+    C function a compiled loop calls (:mod:`.step.fused`), with MKL's 32-bit integers — or None
+    when MKL is not loaded."""
+    _load()
+    if _mkl is None or np.dtype(dtype) not in (np.float32, np.float64):
+        return None
+    return ctypes.cast(_mkl[0 if np.dtype(dtype) == np.float32 else 1], ctypes.c_void_p).value
+
+
 def mkl_available() -> bool:
     """Is MKL installed and loadable with its sequential threading layer?"""
     _load()
@@ -190,4 +200,4 @@ def _mkl_matmul(a, b, out, accumulate) -> np.ndarray | None:
     return out
 
 
-__all__ = ["GEMMS", "describe", "matmul", "mkl_available", "resolve"]
+__all__ = ["GEMMS", "address", "describe", "matmul", "mkl_available", "resolve"]

@@ -294,21 +294,33 @@ def _forward_tiled_work(p, cfg, step, out, lse, scratch):
     out_flat = None if out is None else p.flat(out)
     lse_flat = p.flat(lse[..., None])[..., 0]  # (B, Hq, Nq)
     q = p.flat(p.q)
-    keys = _head_rows(p, "k")
-    values = None if out is None else _head_rows(p, "v")
     c = p.compute
     use = cfg.resolved_gemm()
+    fused = _fused_loop(p, step, use, out is not None) if cfg.fused else None
+    if fused is not None and cfg.stats is not None:
+        cfg.stats.add_path("tiled fused")
+    keys = None if fused else _head_rows(p, "k")
+    values = None if out is None or fused else _head_rows(p, "v")
+
     def worker(worker_id: int, item) -> None:
         b, h, q0, q1 = item
         hk = h // p.group
         q_scaled = np.multiply(q[b, h, q0:q1], c.type(p.scale), dtype=c)  # (tq, Dk)
-        k_rows = keys(b, hk)
-        v_rows = None if values is None else values(b, hk)
         tq = q1 - q0
         m = np.full(tq, -np.inf, dtype=c)  # running max
         row_sum = np.zeros(tq, dtype=c)  # running sum ℓ of exp(s − m)
         acc_t = None if out is None else np.zeros((p.dv, tq), dtype=c)  # accᵀ (Dv, tq)
-        for r0, r1, k0, k1, kind, block in planner.tiles(b, h, q0, q1):
+        if fused is not None:  # the loop below, compiled whole (step/fused.py)
+            run, heads, sgemm = fused
+            tiles, partial_blocks = planner.table(b, h, q0, q1)
+            k_head, v_head = heads(b, hk)
+            size = int(((tiles[:, 1] - tiles[:, 0]) * (tiles[:, 3] - tiles[:, 2])).max(initial=1))
+            run(q_scaled, k_head, v_head, tiles, partial_blocks, m, row_sum, acc_t,
+                scratch.tile(worker_id, 1, size, c)[0], True, sgemm)
+        else:
+            k_rows = keys(b, hk)
+            v_rows = None if values is None else values(b, hk)
+        for r0, r1, k0, k1, kind, block in (() if fused else planner.tiles(b, h, q0, q1)):
             qi, kj = p.q_pos[q0 + r0: q0 + r1], p.k_pos[k0:k1]
             s = _tile_scores(p, q_scaled[r0:r1], k_rows(k0, k1), b, h, qi, kj,
                              out=scratch.tile(worker_id, k1 - k0, r1 - r0, c), use=use)  # (tk, tr)
@@ -330,6 +342,46 @@ def _forward_tiled_work(p, cfg, step, out, lse, scratch):
         return [(b, hk) for b in range(p.batch_size) for hk in range(p.hkv)], _decode_worker(
             p, planner, step, q, keys, values, out_flat, lse_flat, scratch)
     return items, worker
+
+
+def _fused_loop(p: Problem, step, use: str, with_values: bool):
+    """``(run, heads, sgemm)`` for the compiled loop over a query block's tiles
+    (:mod:`.step.fused`: the Python loop of :func:`_forward_tiled_work`, GEMMs and steps in one
+    call without the GIL), when this problem's tiles are only GEMMs and steps: the compiled
+    step, MKL's GEMMs, float32 arithmetic, scores as the GEMM makes them (no bias, softcap or
+    score_mod), no dropout, k and v checked finite (no row to keep out of a GEMM), whole heads
+    with rows of unit stride (no paged cache). Else None, and the Python loop runs.
+    ``heads(b, hk)`` gives a kv head's ``(k, v)`` rows (v may be k when only lse is wanted)."""
+    run = steps.fused_loop(step)
+    if (run is None or use != "mkl" or p.compute != np.float32 or p.bias is not None
+            or p.softcap is not None or p.score_mod is not None or p.dropout
+            or not p.checked_finite or p.pages is not None or _decode_group(p)
+            or 0 in (p.dk, p.dv)):
+        return None
+    sgemm = gemm.address(np.float32)
+    k_all = _in_compute(p, p.k)
+    v_all = _in_compute(p, p.v) if with_values else k_all
+    if sgemm is None or not all(_gemm_rows(x) for x in (k_all, v_all)):
+        return None
+    k_all, v_all = _read_only(k_all), _read_only(v_all)  # as the loop takes them
+    return run, lambda b, hk: (k_all[b, hk], v_all[b, hk]), sgemm
+
+
+def _read_only(x: np.ndarray) -> np.ndarray:
+    view = x.view()
+    view.flags.writeable = False
+    return view
+
+
+def _gemm_rows(x: np.ndarray) -> bool:
+    """Are x's rows (last axis) what a BLAS call can be handed as a pointer and a row stride:
+    unit stride along them, and rows that neither overlap nor run backwards (a length-1 axis
+    may have any stride: NumPy leaves it 0 in a broadcast view)?"""
+    row = x.strides[-2] if x.ndim > 1 else 0
+    return ((x.strides[-1] == x.itemsize or x.shape[-1] <= 1) and x.flags.aligned
+            and row % x.itemsize == 0
+            and (row >= x.shape[-1] * x.itemsize or x.shape[-2] <= 1)
+            and row < 2**31 * x.itemsize)  # MKL's LP64 interface: 32-bit strides
 
 
 def _decode_group(p: Problem) -> bool:

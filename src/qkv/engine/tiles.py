@@ -40,7 +40,8 @@ class TileStats:
     ``tiles[kind]`` counts tiles by kind as the kernel visited them ("empty" tiles were skipped,
     "full" and "partial" ones computed), summed over every batch element, head and pass, and
     ``pairs[kind]`` the (query, key) pairs they held; ``paths`` counts calls by path
-    ("tiled"/"small" × "compiled"/"numpy"). The small path plans no tiles.
+    ("tiled"/"small" × "compiled"/"numpy"; "tiled fused" too when the tiled forward ran its
+    loops compiled whole). The small path plans no tiles.
     """
 
     tiles: Counter = field(default_factory=Counter)
@@ -100,6 +101,9 @@ class KernelConfig:
       (:mod:`.threads`; ``python benchmarks/small_call.py`` measures both).
     - ``gemm``: who computes the tile GEMMs — "mkl" (the ``qkv[mkl]`` extra), "numpy", or
       "auto" (MKL if installed on an Intel CPU; :mod:`.gemm` says why).
+    - ``fused``: the tiled forward runs each query block's loop of tiles as one compiled call
+      where it can (:mod:`.step.fused`: the compiled step, MKL's GEMMs, float32, no bias,
+      softcap, score_mod or dropout); False: the loop in Python, call by call (to compare).
     - ``stats``: a :class:`TileStats` to fill, or None.
     """
 
@@ -113,6 +117,7 @@ class KernelConfig:
     backend: str = "auto"
     gemm: str = "auto"
     pin: bool = True
+    fused: bool = True
     stats: TileStats | None = None
 
     def __post_init__(self):
@@ -124,8 +129,10 @@ class KernelConfig:
         if self.backend not in BACKENDS:
             raise ValueError(f"kernel_config: backend must be one of {BACKENDS}, "
                              f"got {self.backend!r}")
-        if not isinstance(self.pin, bool):
-            raise ValueError(f"kernel_config: pin must be True or False, got {self.pin!r}")
+        for name in ("pin", "fused"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"kernel_config: {name} must be True or False, "
+                                 f"got {getattr(self, name)!r}")
         if self.gemm not in GEMMS:
             raise ValueError(f"kernel_config: gemm must be one of {GEMMS}, got {self.gemm!r}")
         if self.workers is not None and (not isinstance(self.workers, int) or self.workers < 1):
@@ -276,6 +283,32 @@ class TilePlan:
             for r0, r1, k0, k1, kind, _ in planned:
                 stats.add_tile(kind, (r1 - r0) * (k1 - k0))
         return [t for t in planned if t[4] != EMPTY]
+
+    def table(self, b: int, h: int, q0: int, q1: int) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`tiles` as arrays, for a compiled loop (:mod:`.step.fused`): ``(T, 6)`` int64
+        rows ``(r0, r1, k0, k1, partial, offset)`` and one bool array holding every PARTIAL
+        tile's block, transposed ``(tk, tr)`` as the step takes it, from its ``offset`` (at
+        least one element). Kept per plan key, like the plan."""
+        tiles = self.tiles(b, h, q0, q1)  # counts the stats, as the Python loop's call does
+        mask = self.mask
+        key = ("table", 0, 0, q0, q1) if mask is None else (
+            "table", b if mask.batch_dependent else 0, h if mask.head_dependent else 0, q0, q1)
+        with self._lock:
+            found = self._cache.get(key)
+        if found is not None:
+            return found
+        rows, parts, offset = [], [], 0
+        for r0, r1, k0, k1, kind, block in tiles:
+            partial = kind == PARTIAL
+            rows.append((r0, r1, k0, k1, int(partial), offset if partial else 0))
+            if partial:
+                parts.append(np.asarray(block(True), dtype=bool).ravel())  # (tk, tr), C order
+                offset += parts[-1].size
+        table = (np.array(rows, dtype=np.int64).reshape(-1, 6),
+                 np.concatenate(parts) if parts else np.ones(1, dtype=bool))
+        with self._lock:
+            self._cache[key] = table
+        return table
 
     def _plan(self, b: int, h: int, q0: int, q1: int) -> list[Tile]:
         leaves: list[Tile] = []

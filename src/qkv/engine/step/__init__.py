@@ -56,6 +56,20 @@ from types import ModuleType
 _aot: bool | None = None  # whether the prebuilt step loaded (looked up once per process)
 
 
+def fused_loop(step: ModuleType):
+    """The forward's tile loop compiled whole (:func:`.fused.forward_run`) that goes with a
+    step module from :func:`get`: the prebuilt one beside the prebuilt step, the JIT's beside
+    the JIT; None beside the NumPy step."""
+    name = step.__name__.rsplit(".", 1)[-1]
+    if name == "aot":
+        return step.forward_run
+    if name == "compiled":
+        from . import fused
+
+        return fused.forward_run
+    return None
+
+
 def get(backend: str) -> ModuleType:
     """The step module for a resolved backend name ("compiled" or "numpy"). "compiled" is the
     prebuilt module of :mod:`.aot` when ``qkv warm`` left one for this build, else the JIT."""

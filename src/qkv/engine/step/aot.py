@@ -40,7 +40,7 @@ import numpy as np
 
 NAME = "qkv_step"
 EXPORTS = ("online_softmax", "online_softmax_ro", "probabilities", "probabilities_ro",
-           "softmax_grad")
+           "softmax_grad", "forward_run")
 
 
 def cache_dir() -> Path:
@@ -64,7 +64,8 @@ def key() -> str:
     """16 hex digits naming one build: sources, versions and CPU."""
     here = Path(__file__).parent
     h = hashlib.sha256()
-    for source in (here / "compiled.py", here / "aot_build.py", Path(__file__)):
+    for source in (here / "compiled.py", here / "fused.py", here / "aot_build.py",
+                   Path(__file__)):
         h.update(source.read_bytes())
     for package in ("numba", "llvmlite", "numpy"):
         try:
@@ -179,6 +180,25 @@ def softmax_grad(dp, p, delta) -> None:
             and delta.flags.c_contiguous):
         return _jit().softmax_grad(dp, p, delta)
     _module.softmax_grad(dp, p, delta if delta.flags.writeable else delta.copy())
+
+
+def forward_run(q, k, v, tiles, blocks, m, row_sum, acc, buf, products: bool, sgemm: int) -> None:
+    """:func:`.fused.forward_run`, prebuilt: k and v read-only float32 rows (any row stride),
+    everything else C-contiguous, as the kernel passes them; anything else goes to the JIT."""
+    has_acc = acc is not None
+    acc_arg = acc if has_acc else np.zeros((1, q.shape[0]), np.float32)
+    if _module is None or not (
+            _ok(q, m, row_sum, acc_arg, buf) and q.ndim == acc_arg.ndim == 2
+            and m.ndim == row_sum.ndim == buf.ndim == 1
+            and all(x.dtype == np.float32 and x.ndim == 2 and not x.flags.writeable
+                    and x.flags.aligned for x in (k, v))
+            and tiles.dtype == np.int64 and tiles.ndim == 2 and tiles.flags.c_contiguous
+            and blocks.dtype == np.bool_ and blocks.ndim == 1 and blocks.flags.c_contiguous):
+        from . import fused
+
+        return fused.forward_run(q, k, v, tiles, blocks, m, row_sum, acc, buf, products, sgemm)
+    _module.forward_run(q, k, v, tiles, blocks, m, row_sum, acc_arg, buf, has_acc,
+                        _floor(products), sgemm)
 
 
 _module: ModuleType | None = None

@@ -20,10 +20,11 @@ from pathlib import Path
 
 import numpy as np
 
-from . import aot
+from . import aot, fused
 from . import compiled as jit
 
 _online, _probs, _grad = jit._online_softmax, jit._probabilities, jit._softmax_grad
+_forward = fused._forward_run
 
 
 def _call_online_softmax(s, allowed, masked, m, row_sum, acc, has_acc, floor):
@@ -38,10 +39,16 @@ def _call_softmax_grad(dp, p, delta):
     _grad(dp, p, delta)
 
 
-def build(force: bool = False) -> tuple[Path, bool]:
+def _call_forward_run(q, k, v, tiles, blocks, m, row_sum, acc, buf, has_acc, floor, sgemm):
+    _forward(q, k, v, tiles, blocks, m, row_sum, acc, buf, has_acc, floor, sgemm)
+
+
+def build(force: bool = False, sgemm: int | None = None) -> tuple[Path, bool]:
     """Build the module for this key into :func:`.aot.cache_dir` unless it is there and loads
     (``force``: rebuild anyway). Returns (path, whether it was built). Raises RuntimeError,
-    installing nothing, if the build differs from the JIT."""
+    installing nothing, if the build differs from the JIT. ``sgemm``: the address of
+    ``cblas_sgemm`` (:func:`qkv.engine.gemm.address`) to check the fused loop with; without it
+    that one function goes unchecked — it runs only with that address."""
     target = aot.path()
     aot.forget()
     if not force and target.exists() and aot.load() is not None:
@@ -50,7 +57,7 @@ def build(force: bool = False) -> tuple[Path, bool]:
     name = target.name.split(".")[0]
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
         built = _compile(Path(tmp), name)
-        mismatch = check_against_jit(built)
+        mismatch = check_against_jit(built, sgemm)
         if mismatch:
             raise RuntimeError(f"qkv warm: the prebuilt step differs from the JIT ({mismatch}); "
                                "nothing installed, the JIT will run")
@@ -90,6 +97,11 @@ def _compile(out_dir: Path, module_name: str) -> Path:
         cc.export(f"probabilities{suffix}",
                   types.void(f3, mask, types.bool_, f2, types.float32))(_call_probabilities)
     cc.export("softmax_grad", types.void(f3, f3, f2))(_call_softmax_grad)
+    f1, f2a = types.Array(types.float32, 1, "C"), types.Array(types.float32, 2, "A", readonly=True)
+    cc.export("forward_run",
+              types.void(f2, f2a, f2a, types.Array(types.int64, 2, "C"),
+                         types.Array(types.bool_, 1, "C"), f1, f1, f2, f1, types.bool_,
+                         types.float32, types.int64))(_call_forward_run)
 
     plain = pycc_compiler.Flags
 
@@ -120,7 +132,7 @@ def _columns(a: np.ndarray) -> np.ndarray:
     return wide[..., 1:-2]
 
 
-def check_against_jit(file: Path) -> str:
+def check_against_jit(file: Path, sgemm: int | None = None) -> str:
     """'' when the module at ``file`` gives the JIT's bits on tiles that reach every branch
     (masked or not, −inf rows, rows with nothing allowed, an accumulator, readonly masks);
     otherwise which function and tile differ."""
@@ -167,4 +179,33 @@ def check_against_jit(file: Path) -> str:
         jit.softmax_grad(theirs, p, m0)
         if not np.array_equal(ours, theirs, equal_nan=True):
             return f"softmax_grad, tile {s.shape}"
+    if sgemm is not None:
+        return _check_forward_run(module, sgemm)
+    return ""
+
+
+def _check_forward_run(module, sgemm: int) -> str:
+    """'' when the module's fused loop gives the JIT's bits on one query block's tiles: FULL and
+    PARTIAL ones (a query with nothing allowed), a split of the rows, strided read-only k and v,
+    with and without an accumulator; else what differs."""
+    rng = np.random.default_rng(1)
+    tq, nk, d = 40, 100, 16
+    q = rng.standard_normal((tq, d)).astype(np.float32)
+    k, v = (rng.standard_normal((nk, 2, d)).astype(np.float32)[:, 0] for _ in range(2))
+    k.flags.writeable = v.flags.writeable = False  # rows 2·d apart, as a (B, N, H, D) head's
+    tiles = np.array([(0, tq, 0, 48, 0, 0), (0, 24, 48, 80, 1, 0), (24, tq, 48, 80, 1, 24 * 32),
+                      (0, tq, 80, nk, 1, 24 * 32 + 16 * 32)], dtype=np.int64)
+    blocks = rng.random(24 * 32 + 16 * 32 + 20 * tq) < 0.6
+    blocks[24 * 32 + 16 * 32:].reshape(20, tq)[:, 3] = False  # query 3: nothing in that tile
+    for has_acc, products in itertools.product((True, False), (True, False)):
+        state = [np.full(tq, -np.inf, np.float32), np.zeros(tq, np.float32),
+                 np.zeros((d if has_acc else 1, tq), np.float32)]
+        ours, theirs = ([x.copy() for x in state] for _ in range(2))
+        floor = aot._floor(products)
+        for fn, (m, row_sum, acc) in ((module.forward_run, ours), (_forward, theirs)):
+            fn(q, k, v, tiles, blocks, m, row_sum, acc, np.empty(48 * tq, np.float32), has_acc,
+               floor, sgemm)
+        if not all(np.array_equal(a, b, equal_nan=True) for a, b in zip(ours, theirs,
+                                                                         strict=True)):
+            return f"forward_run, accumulator {has_acc}, products {products}"
     return ""

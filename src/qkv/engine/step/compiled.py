@@ -126,56 +126,66 @@ def exp2(x):
     return _exp2_above(x, FLOOR)
 
 
+@njit(inline="always", fastmath=FLAGS)
+def online_softmax_plane(tile, ok, masked, m_g, sum_g, acc_g, has_acc, floor, m_new, m_ref,
+                         alpha):
+    """One plane of :func:`online_softmax`: ``tile (T, R)``, ``ok (T, R)`` (read if
+    ``masked``), ``m_g``, ``sum_g (R,)``, ``acc_g (Dv, R)`` (if ``has_acc``); ``m_new``,
+    ``m_ref`` and ``alpha`` are scratch of at least R. Inlined into its callers (this module's
+    entry point and :mod:`.fused`'s tile loop)."""
+    keys, queries = tile.shape
+    # 1. each query's max over its allowed keys: an element-wise max down the key rows
+    for i in range(queries):
+        m_new[i] = m_g[i]
+    for j in range(keys):
+        row = tile[j]
+        if masked:
+            ok_j = ok[j]
+            for i in range(queries):
+                m_new[i] = _maxnum(m_new[i], row[i] if ok_j[i] else NEG_INF)
+        else:
+            for i in range(queries):
+                m_new[i] = _maxnum(m_new[i], row[i])
+    # 2. rescale what came before; a query with nothing allowed yet keeps m = −inf
+    for i in range(queries):
+        a = exp2((m_g[i] - m_new[i]) * LOG2E) if m_new[i] != NEG_INF else ONE
+        alpha[i] = a
+        sum_g[i] *= a
+        m_g[i] = m_new[i]
+        # a row whose allowed scores are all −inf subtracts +inf: −inf − inf = −inf → 0
+        # (−inf − (−inf) would be NaN); a NaN score still makes a NaN weight
+        m_ref[i] = m_new[i] if m_new[i] != NEG_INF else POS_INF
+    # 3. p = 2^((s − m_new)·log2 e), masked pairs and −inf rows exactly 0; sums per query
+    for j in range(keys):
+        row = tile[j]
+        if masked:
+            ok_j = ok[j]
+            for i in range(queries):
+                p = _exp2_above((row[i] - m_ref[i]) * LOG2E, floor) if ok_j[i] else ZERO
+                row[i] = p
+                sum_g[i] += p
+        else:
+            for i in range(queries):
+                p = _exp2_above((row[i] - m_ref[i]) * LOG2E, floor)
+                row[i] = p
+                sum_g[i] += p
+    if has_acc:  # (Dv, R): each of its rows scaled query by query
+        for d in range(acc_g.shape[0]):
+            acc_d = acc_g[d]
+            for i in range(queries):
+                acc_d[i] *= alpha[i]
+
+
 @njit(nogil=True, fastmath=FLAGS, cache=True)
 def _online_softmax(s, allowed, masked, m, row_sum, acc, has_acc, floor):
     wide_vectors()
-    planes, keys, queries = s.shape
+    planes, _, queries = s.shape
     m_new = np.empty(queries, dtype=np.float32)
     m_ref = np.empty(queries, dtype=np.float32)
     alpha = np.empty(queries, dtype=np.float32)
     for g in range(planes):
-        tile, ok, m_g, sum_g = s[g], allowed[g if masked else 0], m[g], row_sum[g]
-        # 1. each query's max over its allowed keys: an element-wise max down the key rows
-        for i in range(queries):
-            m_new[i] = m_g[i]
-        for j in range(keys):
-            row = tile[j]
-            if masked:
-                ok_j = ok[j]
-                for i in range(queries):
-                    m_new[i] = _maxnum(m_new[i], row[i] if ok_j[i] else NEG_INF)
-            else:
-                for i in range(queries):
-                    m_new[i] = _maxnum(m_new[i], row[i])
-        # 2. rescale what came before; a query with nothing allowed yet keeps m = −inf
-        for i in range(queries):
-            a = exp2((m_g[i] - m_new[i]) * LOG2E) if m_new[i] != NEG_INF else ONE
-            alpha[i] = a
-            sum_g[i] *= a
-            m_g[i] = m_new[i]
-            # a row whose allowed scores are all −inf subtracts +inf: −inf − inf = −inf → 0
-            # (−inf − (−inf) would be NaN); a NaN score still makes a NaN weight
-            m_ref[i] = m_new[i] if m_new[i] != NEG_INF else POS_INF
-        # 3. p = 2^((s − m_new)·log2 e), masked pairs and −inf rows exactly 0; sums per query
-        for j in range(keys):
-            row = tile[j]
-            if masked:
-                ok_j = ok[j]
-                for i in range(queries):
-                    p = _exp2_above((row[i] - m_ref[i]) * LOG2E, floor) if ok_j[i] else ZERO
-                    row[i] = p
-                    sum_g[i] += p
-            else:
-                for i in range(queries):
-                    p = _exp2_above((row[i] - m_ref[i]) * LOG2E, floor)
-                    row[i] = p
-                    sum_g[i] += p
-        if has_acc:  # (Dv, R): each of its rows scaled query by query
-            acc_g = acc[g]
-            for d in range(acc_g.shape[0]):
-                acc_d = acc_g[d]
-                for i in range(queries):
-                    acc_d[i] *= alpha[i]
+        online_softmax_plane(s[g], allowed[g if masked else 0], masked, m[g], row_sum[g],
+                             acc[g if has_acc else 0], has_acc, floor, m_new, m_ref, alpha)
 
 
 @njit(nogil=True, fastmath=FLAGS, cache=True)

@@ -1,0 +1,77 @@
+"""The tiled forward's loop compiled whole (``KernelConfig(fused=True)``, engine/step/fused.py)
+against the same loop driven from Python (``fused=False``), beside torch's SDPA, in one process,
+interleaved round by round, on one worker and on two.
+
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/fused_loop.py
+
+Same tiles, same GEMMs (MKL), same step; what differs is who calls them: the fused loop runs a
+query block's tiles in one compiled call without the GIL. Best of ``--rounds``; torch with as
+many threads as qkv has workers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+import torch
+
+import qkv
+from qkv.engine import gemm, kernel_config
+
+CASES = [("dense H=8 N=2048", 8, 2048, False), ("causal H=8 N=2048", 8, 2048, True),
+         ("dense H=1 N=8192", 1, 8192, False), ("causal H=1 N=8192", 1, 8192, True)]
+
+
+def timed(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def _runs(rng, heads: int, n: int, causal: bool, workers: int) -> dict:
+    """The three peers on one random problem: label → a call."""
+    q, k, v = (rng.standard_normal((1, heads, n, 64), dtype=np.float32) for _ in range(3))
+    tq, tk, tv = (torch.from_numpy(x) for x in (q, k, v))
+    mask = qkv.causal() if causal else None
+    runs = {"torch": lambda: torch.nn.functional.scaled_dot_product_attention(
+        tq, tk, tv, is_causal=causal)}
+    for fused in (False, True):
+        def run(fused=fused):
+            with kernel_config(workers=workers, fused=fused):
+                qkv.attention(q, k, v, mask=mask)
+        runs["fused" if fused else "python"] = run
+    return runs
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
+    args = parser.parse_args(argv)
+    if not gemm.mkl_available():
+        print(f"the fused loop calls MKL's GEMM: {gemm.describe()}; nothing to compare")
+        return 1
+    rng = np.random.default_rng(0)
+    print(f"float32, D=64; GEMMs: {gemm.describe()}; best of {args.rounds} interleaved rounds")
+    print(f"{'case':20s} {'workers':>7s} {'torch ms':>9s} {'python ms':>10s} {'fused ms':>9s} "
+          f"{'fused/python':>12s} {'python/torch':>12s} {'fused/torch':>11s}")
+    for workers in args.workers:
+        torch.set_num_threads(workers)
+        for name, heads, n, causal in CASES:
+            runs = _runs(rng, heads, n, causal, workers)
+            best = {label: float("inf") for label in runs}
+            for fn in runs.values():
+                fn()  # warm
+            for _ in range(args.rounds):
+                for label, fn in runs.items():
+                    best[label] = min(best[label], timed(fn))
+            t, p, f = (best[label] * 1e3 for label in ("torch", "python", "fused"))
+            print(f"{name:20s} {workers:7d} {t:9.1f} {p:10.1f} {f:9.1f} {f / p:12.2f} "
+                  f"{p / t:12.2f} {f / t:11.2f}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

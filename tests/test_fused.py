@@ -1,0 +1,137 @@
+"""The forward's tile loop compiled whole (engine/step/fused.py): the same bits as the Python
+loop it replaces, on the problems it takes; the others never reach it; MKL never refuses a call.
+
+The float64 reference checks it too: test_attention's tiled path runs through it."""
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import qkv
+from helpers import needs_numba, output_atol
+from qkv import reference
+from qkv.engine import TileStats, gemm, kernel_config
+from test_attention import draw_mask
+
+pytestmark = [needs_numba,
+              pytest.mark.skipif(not gemm.mkl_available(), reason="the loop calls MKL's GEMM")]
+
+TINY = dict(tile_q=8, tile_k=16, tile_k_unmasked=16, small=0, split_min=2)  # many tiles
+TILED = dict(small=0)  # the default tiles, every problem tiled
+
+
+def both(q, k, v, tiles=TINY, workers=None, **kwargs):
+    """``[(out, lse, stats)]`` of the fused loop and of the Python loop, same tiles, MKL's
+    GEMMs both."""
+    runs = []
+    for fused in (True, False):
+        stats = TileStats()
+        with kernel_config(**tiles, fused=fused, gemm="mkl", backend="compiled", stats=stats,
+                           workers=workers):
+            out, lse = qkv.attention(q, k, v, return_lse=True, **kwargs)
+        runs.append((out, lse, stats))
+    return runs
+
+
+def assert_same_bits(runs):
+    (out, lse, stats), (out_py, lse_py, stats_py) = runs
+    assert stats.paths["tiled fused"] > 0 and stats_py.paths["tiled fused"] == 0
+    np.testing.assert_array_equal(out, out_py)
+    np.testing.assert_array_equal(lse, lse_py)
+    assert stats.tiles == stats_py.tiles  # the same tiles computed (and counted)
+
+
+@st.composite
+def problems(draw):
+    data = draw(st.data())
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    dtype = draw(st.sampled_from([np.float16, np.float32]))
+    batch = tuple(draw(st.lists(st.integers(1, 2), max_size=2)))
+    hkv = draw(st.integers(1, 2))
+    hq = hkv * draw(st.integers(1, 3))
+    nq, nk = draw(st.integers(1, 70)), draw(st.integers(1, 70))
+    # D ≥ 2: for a one-column operand MKL picks its kernel by how the call describes it
+    # (transposed or not), and the two loops describe it differently — 1 ulp apart at most;
+    # test_attention checks D = 1 on this loop against the reference
+    dk, dv = draw(st.integers(2, 9)), draw(st.integers(2, 6))
+    layout = draw(st.sampled_from(["bhnd", "bnhd"]))  # (B, N, H, D) views: rows H·D apart
+
+    def make(heads, n, d):
+        x = (rng.standard_normal((*batch, n, heads, d)) * 3).astype(dtype)
+        return np.swapaxes(x, -2, -3) if layout == "bnhd" else np.ascontiguousarray(
+            np.swapaxes(x, -2, -3))
+
+    q, k, v = make(hq, nq, dk), make(hkv, nk, dk), make(hkv, nk, dv)
+    if draw(st.booleans()):
+        k.flags.writeable = v.flags.writeable = False
+    mask = draw_mask(data, batch, hq, nq, nk, rng)
+    return q, k, v, mask
+
+
+# capfd is read (and emptied) once per example
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(problem=problems())
+def test_the_fused_loop_is_bitwise_the_python_loop(problem, capfd):
+    q, k, v, mask = problem
+    runs = both(q, k, v, mask=mask)
+    assert_same_bits(runs)
+    ref = reference.attention(q, k, v, mask=mask)
+    np.testing.assert_allclose(runs[0][0].astype(np.float64), ref, rtol=0,
+                               atol=output_atol(q, k, v))
+    assert "MKL ERROR" not in capfd.readouterr().out  # MKL prints a refused call and goes on
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_large_heads_on_default_tiles_and_both_workers(workers):
+    rng = np.random.default_rng(0)
+    q = rng.standard_normal((2, 4, 1500, 64)).astype(np.float32)
+    k, v = (rng.standard_normal((2, 2, 1300, 64)).astype(np.float32) for _ in range(2))
+    documents = qkv.documents(np.repeat(np.arange(3), [500, 700, 300]),
+                              np.repeat(np.arange(3), [400, 500, 400]))
+    for mask in (None, qkv.causal(), qkv.window(300), documents):
+        assert_same_bits(both(q, k, v, TILED, workers, mask=mask))
+
+
+def test_garbage_where_it_must_not_matter():
+    # keys past each sequence's length hold huge finite values (scores of 1e31: any weight
+    # from them would be inf), in PARTIAL tiles the step masks them before any exponential; a
+    # query with no key at all gets 0 and lse = −inf; one key's head (any row stride) works
+    rng = np.random.default_rng(3)
+    q = rng.standard_normal((3, 2, 40, 16)).astype(np.float32)
+    k, v = (rng.standard_normal((3, 2, 50, 16)).astype(np.float32) for _ in range(2))
+    lengths = np.array([50, 17, 0])
+    for b, n in enumerate(lengths):
+        k[b, :, n:] = 1e30
+        v[b, :, n:] = -1e30
+    runs = both(q, k, v, mask=qkv.padding(lengths))
+    assert_same_bits(runs)
+    out, lse, _ = runs[0]
+    assert np.isfinite(out).all() and not out[2].any() and (lse[2] == -np.inf).all()
+    np.testing.assert_allclose(out[:2], reference.attention(q[:2], k[:2, :, :50], v[:2],
+                                                            mask=qkv.padding(lengths[:2])),
+                               rtol=0, atol=1e-5)
+    one = both(q, k[:, :, :1], v[:, :, :1])
+    assert_same_bits(one)
+    np.testing.assert_allclose(one[0][0], np.broadcast_to(v[:, :, :1], one[0][0].shape),
+                               rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("case", ["bias", "softcap", "score_mod", "dropout", "unchecked",
+                                  "float64", "numpy gemm", "numpy step", "switched off"])
+def test_problems_it_does_not_take_run_the_python_loop(case):
+    rng = np.random.default_rng(5)
+    dtype = np.float64 if case == "float64" else np.float32
+    q, k, v = (rng.standard_normal((1, 2, 300, 16)).astype(dtype) for _ in range(3))
+    kwargs = {"bias": dict(bias=rng.standard_normal((2, 300, 300))),
+              "softcap": dict(softcap=5.0),
+              "score_mod": dict(score_mod=lambda s, b, h, i, j: s - 0.01 * abs(i - j)),
+              "dropout": dict(dropout=0.1, dropout_seed=1),
+              "unchecked": dict(check_finite=False)}.get(case, {})
+    config = {"numpy gemm": dict(gemm="numpy"), "numpy step": dict(backend="numpy"),
+              "switched off": dict(fused=False)}.get(case, {})
+    stats = TileStats()
+    with kernel_config(small=0, stats=stats, **config):
+        qkv.attention(q, k, v, **kwargs)
+    assert stats.paths["tiled fused"] == 0
