@@ -288,27 +288,18 @@ class TilePlan:
         """:meth:`tiles` as arrays, for a compiled loop (:mod:`.step.fused`): ``(T, 6)`` int64
         rows ``(r0, r1, k0, k1, partial, offset)`` and one bool array holding every PARTIAL
         tile's block, transposed ``(tk, tr)`` as the step takes it, from its ``offset`` (at
-        least one element). Kept per plan key, like the plan."""
-        tiles = self.tiles(b, h, q0, q1)  # counts the stats, as the Python loop's call does
-        mask = self.mask
-        key = ("table", 0, 0, q0, q1) if mask is None else (
-            "table", b if mask.batch_dependent else 0, h if mask.head_dependent else 0, q0, q1)
-        with self._lock:
-            found = self._cache.get(key)
-        if found is not None:
-            return found
+        least one element). Made per call, not kept: kept for every query block, the blocks
+        of a long masked problem would hold more memory than its tiles (the plan keeps them
+        lazy)."""
         rows, parts, offset = [], [], 0
-        for r0, r1, k0, k1, kind, block in tiles:
+        for r0, r1, k0, k1, kind, block in self.tiles(b, h, q0, q1):
             partial = kind == PARTIAL
             rows.append((r0, r1, k0, k1, int(partial), offset if partial else 0))
             if partial:
                 parts.append(np.asarray(block(True), dtype=bool).ravel())  # (tk, tr), C order
                 offset += parts[-1].size
-        table = (np.array(rows, dtype=np.int64).reshape(-1, 6),
-                 np.concatenate(parts) if parts else np.ones(1, dtype=bool))
-        with self._lock:
-            self._cache[key] = table
-        return table
+        return (np.array(rows, dtype=np.int64).reshape(-1, 6),
+                np.concatenate(parts) if parts else np.ones(1, dtype=bool))
 
     def _plan(self, b: int, h: int, q0: int, q1: int) -> list[Tile]:
         leaves: list[Tile] = []
