@@ -310,7 +310,7 @@ def _forward_tiled_work(p, cfg, step, out, lse, scratch):
         m = np.full(tq, -np.inf, dtype=c)  # running max
         row_sum = np.zeros(tq, dtype=c)  # running sum ℓ of exp(s − m)
         acc_t = None if out is None else np.zeros((p.dv, tq), dtype=c)  # accᵀ (Dv, tq)
-        if fused is not None:  # the loop below, compiled whole (step/fused.py)
+        if fused is not None:  # the loop of the else branch, compiled whole (step/fused.py)
             run, heads, sgemm = fused
             tiles, partial_blocks = planner.table(b, h, q0, q1)
             k_head, v_head = heads(b, hk)
@@ -320,19 +320,20 @@ def _forward_tiled_work(p, cfg, step, out, lse, scratch):
         else:
             k_rows = keys(b, hk)
             v_rows = None if values is None else values(b, hk)
-        for r0, r1, k0, k1, kind, block in (() if fused else planner.tiles(b, h, q0, q1)):
-            qi, kj = p.q_pos[q0 + r0: q0 + r1], p.k_pos[k0:k1]
-            s = _tile_scores(p, q_scaled[r0:r1], k_rows(k0, k1), b, h, qi, kj,
-                             out=scratch.tile(worker_id, k1 - k0, r1 - r0, c), use=use)  # (tk, tr)
-            step.online_softmax(s[None], _allowed_t(kind, block), m[None, r0:r1],
-                                row_sum[None, r0:r1],
-                                None if acc_t is None else acc_t[None, :, r0:r1], products=True)
-            if acc_t is not None:  # accᵀ += Vᵀ Pᵀ: (Dv, tk) @ (tk, tr)
-                kept = _kept(p, b, h, qi, kj, c)
-                if kept is not None:  # dropout after the softmax's sums: ℓ is undropped
-                    s *= kept
-                v_tile = v_rows(k0, k1)
-                _dot_t(v_tile, s, _bad_rows(p, v_tile), acc_t[:, r0:r1], use)
+            for r0, r1, k0, k1, kind, block in planner.tiles(b, h, q0, q1):
+                qi, kj = p.q_pos[q0 + r0: q0 + r1], p.k_pos[k0:k1]
+                s = _tile_scores(p, q_scaled[r0:r1], k_rows(k0, k1), b, h, qi, kj, use=use,
+                                 out=scratch.tile(worker_id, k1 - k0, r1 - r0, c))  # (tk, tr)
+                step.online_softmax(s[None], _allowed_t(kind, block), m[None, r0:r1],
+                                    row_sum[None, r0:r1],
+                                    None if acc_t is None else acc_t[None, :, r0:r1],
+                                    products=True)
+                if acc_t is not None:  # accᵀ += Vᵀ Pᵀ: (Dv, tk) @ (tk, tr)
+                    kept = _kept(p, b, h, qi, kj, c)
+                    if kept is not None:  # dropout after the softmax's sums: ℓ is undropped
+                        s *= kept
+                    v_tile = v_rows(k0, k1)
+                    _dot_t(v_tile, s, _bad_rows(p, v_tile), acc_t[:, r0:r1], use)
         acc = None if acc_t is None else acc_t.T  # (tq, Dv)
         lse_flat[b, h, q0:q1] = _finish(m, row_sum, acc)
         if acc is not None:
