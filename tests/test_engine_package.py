@@ -7,6 +7,8 @@ import time
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import qkv
 from helpers import BACKEND_PARAMS, needs_numba, output_atol
@@ -95,6 +97,37 @@ def test_compiled_exp2_is_accurate_and_flushes_subnormals():
     assert rel.max() < 126 * 2**-24 * 1.5 + 4 * 2**-24
     assert rel[x[normal] > -1].max() < 4 * 2**-24  # near 0, a few ulp
     assert not got[~normal].any()  # below 2^-126: exactly 0, never subnormal
+
+
+@needs_numba
+def test_the_online_softmaxs_exp2_has_the_bits_of_the_general_one_where_it_is_used():
+    # online_softmax's weights are 2^x for x = (score − its max)·log2 e ≤ 0, −inf or NaN: there
+    # _exp2_nonpositive must give _exp2_above's bits, at both floors, vectorised as in the step
+    import numba
+
+    from qkv.engine.step import compiled
+
+    @numba.njit(fastmath=compiled.FLAGS)
+    def both(x, floor):
+        compiled.wide_vectors()
+        fast, general = np.empty_like(x), np.empty_like(x)
+        for i in range(x.size):
+            fast[i] = compiled._exp2_nonpositive(x[i], floor)
+        for i in range(x.size):
+            general[i] = compiled._exp2_above(x[i], floor)
+        return fast, general
+
+    rng = np.random.default_rng(7)
+    # every float32 in [-2, 0] one bit pattern in 64, random ones down to -300, and the edges
+    dense = (np.arange(0, np.float32(2.0).view(np.int32), 64, dtype=np.int32)
+             .view(np.float32) * np.float32(-1))
+    edges = np.array([0.0, -0.0, -np.inf, np.nan, -62.5, -63.0, -63.5, -125.5, -126.0, -126.5,
+                      -149.0, -1e30, -3.4e38, np.nextafter(np.float32(-63), np.float32(0)),
+                      np.nextafter(np.float32(-126), np.float32(0))], np.float32)
+    x = np.concatenate([edges, dense, -rng.exponential(30.0, 2_000_000).astype(np.float32)])
+    for floor in (compiled.FLOOR, compiled.PRODUCT_FLOOR):
+        fast, general = both(x, floor)
+        np.testing.assert_array_equal(fast, general)
 
 
 @needs_numba
@@ -246,3 +279,47 @@ def test_workers_each_get_a_core_for_the_call_and_the_caller_its_own_back():
     with pytest.raises(ZeroDivisionError):
         threads.run(lambda w, i: 1 / 0, list(range(8)), 2)
     assert os.sched_getaffinity(0) == before
+
+
+@needs_numba
+@pytest.mark.parametrize("backend", ["compiled", "prebuilt"])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(planes=st.integers(1, 5), nk=st.integers(1, 30), nq=st.integers(1, 30),
+       masked=st.booleans(), seed=st.integers(0, 2**32 - 1))
+def test_the_small_paths_side_by_side_step_has_the_bits_of_plane_by_plane(
+        backend, planes, nk, nq, masked, seed):
+    # The small forward runs the step on every plane's queries side by side in one row when
+    # rows are short (kernel._side_by_side): the step is element-wise per query, so m, the
+    # sums and the weights must be bit for bit those of the step run plane by plane — with
+    # garbage (huge, inf, NaN) in masked slots and rows with nothing allowed.
+    from qkv.engine.kernel import _back_to_planes, _side_by_side
+    from qkv.engine.step import aot, compiled
+
+    if backend == "prebuilt" and not aot.available():
+        pytest.skip("no prebuilt step (qkv warm)")
+    step = aot if backend == "prebuilt" else compiled
+    assert engine.step.per_query(step) and not engine.step.per_query(engine.step.get("numpy"))
+    rng = np.random.default_rng(seed)
+    s = (rng.standard_normal((planes, 1, 1, nk, nq)) * 30).astype(np.float32)
+    allowed = rng.random(s.shape) < 0.7 if masked else None
+    if masked:
+        allowed[..., rng.integers(nq)] = False  # a query with nothing allowed
+        s[~allowed] = rng.choice(np.array([np.inf, -np.inf, np.nan, 3e38], np.float32),
+                                 size=int((~allowed).sum()))
+
+    def state():
+        return (np.full((planes, nq), -np.inf, np.float32), np.zeros((planes, nq), np.float32))
+
+    by_plane, (m1, sum1) = s.copy(), state()
+    step.online_softmax(by_plane.reshape(planes, nk, nq),
+                        None if allowed is None else allowed.reshape(planes, nk, nq),
+                        m1, sum1, None)
+    side, (m2, sum2) = s.copy(), state()
+    wide = _side_by_side(side, nq)  # (1, Nk, planes·Nq)
+    assert wide.shape == (1, nk, planes * nq)
+    step.online_softmax(wide, _side_by_side(allowed, nq), m2.reshape(1, -1),
+                        sum2.reshape(1, -1), None)
+    _back_to_planes(wide, side, nq)
+    np.testing.assert_array_equal(m2, m1)
+    np.testing.assert_array_equal(sum2, sum1)
+    np.testing.assert_array_equal(side, by_plane)

@@ -59,6 +59,14 @@ from types import ModuleType
 _aot: bool | None = None  # whether the prebuilt step loaded (looked up once per process)
 
 
+def per_query(step: ModuleType) -> bool:
+    """Whether a step module from :func:`get` runs each query's update on its own, down the
+    keys in order (the compiled step and its prebuilt build): laid out any way — the small
+    path lays every head's queries side by side in one row — each query gets the same bits.
+    NumPy's reductions choose their order by the array's shape, so the NumPy step does not."""
+    return step.__name__.rsplit(".", 1)[-1] in ("aot", "compiled")
+
+
 def fused_loop(step: ModuleType):
     """The forward's tile loop compiled whole (:func:`.fused.forward_run`) that goes with a
     step module from :func:`get`: the prebuilt one beside the prebuilt step, the JIT's beside
