@@ -138,9 +138,13 @@ def test_full_width_vectors_leave_every_gelu_bit_as_it_was():
     x = np.concatenate([X, [np.inf, -np.inf, np.nan, -0.0, 0.0, 1e-40, -1e-40]]).astype(
         np.float32)
     dy = np.cos(3 * np.where(np.isfinite(x), x, 0)).astype(np.float32)
-    for loop, args in ((_compiled._gelu32, (x,)), (_compiled._gelu_backward32, (x, dy)),
-                       (_compiled._gelu_erf32, (x,)), (_compiled._gelu_erf_backward32, (x, dy))):
-        shipped, plain = np.empty_like(x), np.empty_like(x)
+    rows = x[None]  # (1, n): the bias loop's rows, dy as its bias
+    for loop, args, like in ((_compiled._gelu32, (x,), x),
+                             (_compiled._gelu_backward32, (x, dy), x),
+                             (_compiled._gelu_erf32, (x,), x),
+                             (_compiled._gelu_erf_backward32, (x, dy), x),
+                             (_compiled._gelu_erf_bias32, (rows, dy), rows)):
+        shipped, plain = np.empty_like(like), np.empty_like(like)
         with np.errstate(invalid="ignore", over="ignore"):
             loop(*args, shipped)
             without = recompiled(loop, hint=False)
@@ -150,6 +154,22 @@ def test_full_width_vectors_leave_every_gelu_bit_as_it_was():
     hinted = recompiled(_compiled._gelu_erf32, hint=True)
     hinted(x, np.empty_like(x))
     assert width_hint_in_ir(hinted)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
+def test_gelu_with_a_bias_is_the_gelu_of_the_sum_bit_for_bit(dtype):
+    # MiniLM's feed-forward adds W₁'s bias inside the GELU's pass (float32, compiled): the
+    # same bits as gelu(x + bias), specials included; other dtypes add first
+    rng = np.random.default_rng(3)
+    x = (rng.standard_normal((37, 29)) * 4).astype(dtype)
+    x[0, :7] = [np.inf, -np.inf, np.nan, -0.0, 0.0, 1e-40, 6e4]
+    bias = (rng.standard_normal(29) * 3).astype(dtype)
+    with np.errstate(invalid="ignore", over="ignore"):
+        np.testing.assert_array_equal(nn.gelu(x, bias=bias), nn.gelu(x + bias))
+        np.testing.assert_array_equal(nn.gelu(x[3], bias=bias), nn.gelu(x[3] + bias))
+    for wrong in (bias[:5], bias[None], np.float32(1.0)):
+        with pytest.raises(ValueError, match=r"gelu: bias has shape .*expected bias \(29,\)"):
+            nn.gelu(x, bias=wrong)
 
 
 def test_exact_gelu_in_float16_and_mixed_dtypes_takes_numpy():

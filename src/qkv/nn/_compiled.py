@@ -154,6 +154,16 @@ def _gelu_erf32(x, out):
 
 
 @njit(nogil=True, fastmath=FLAGS, error_model="numpy", cache=True)
+def _gelu_erf_bias32(x, bias, out):
+    wide_vectors()  # element-wise, as _gelu_erf32
+    for i in range(x.shape[0]):
+        row, dst = x[i], out[i]
+        for j in range(x.shape[1]):
+            u = row[j] + bias[j]  # rounded to float32, as NumPy's x + bias is
+            dst[j] = u * _phi32(u)
+
+
+@njit(nogil=True, fastmath=FLAGS, error_model="numpy", cache=True)
 def _gelu_erf_backward32(x, dy, out):
     wide_vectors()
     # d/dx [x Φ(x)] = Φ(x) + x φ(x),  φ(x) = e^(−x²/2) / √(2π)
@@ -180,6 +190,15 @@ def _gelu_erf_backward64(x, dy, out):
 def gelu(x: np.ndarray) -> np.ndarray:
     """BERT's exact GELU x Φ(x) of a float32 or float64 array (any shape); a new array."""
     return _elementwise(_gelu_erf32, _gelu_erf64, x)
+
+
+def gelu_bias(x: np.ndarray, bias: np.ndarray) -> np.ndarray:
+    """:func:`gelu` of ``x + bias`` for float32 x ``(..., d)`` and bias ``(d,)``, the add in the
+    same pass (one pass over x instead of two); a new array."""
+    flat = np.ascontiguousarray(x).reshape(-1, x.shape[-1])  # (M, d)
+    out = np.empty(flat.shape, dtype=np.float32)
+    _gelu_erf_bias32(flat, np.ascontiguousarray(bias, dtype=np.float32), out)
+    return out.reshape(x.shape)
 
 
 def gelu_backward(x: np.ndarray, dy: np.ndarray) -> np.ndarray:

@@ -18,15 +18,28 @@ def _erf(x: np.ndarray) -> np.ndarray:
     return erf(x)
 
 
-def gelu(x):
+def gelu(x, bias=None):
     """GELU, the exact erf form used by BERT: x · Φ(x) = ½ x (1 + erf(x / √2)).
 
     Not the tanh approximation. Keeps the dtype of float inputs. With Numba, float32 and float64
     arrays take the compiled loop of :mod:`._compiled` (one vectorised pass, no GIL, within about
     one float32 rounding of the exact value); :func:`numpy_gelu` is the form without Numba (scipy's
     ``erf``, imported lazily).
+
+    ``bias`` (``(d,)``, x ``(..., d)``): the GELU of ``x + bias`` — a Linear's bias taken into its
+    activation, the add in the same compiled pass for float32 (the same bits as
+    ``gelu(x + bias)``).
     """
     x = np.asarray(x)
+    if bias is not None:
+        bias = np.asarray(bias)
+        if x.ndim < 1 or bias.shape != x.shape[-1:]:
+            want = f"({x.shape[-1]},)" if x.ndim else "x with at least one axis"
+            raise ValueError(f"gelu: bias has shape {bias.shape}, x {x.shape}; expected "
+                             f"bias {want}, added along x's last axis")
+        if _compiled_ok(x) and x.dtype == np.float32 and bias.dtype == np.float32:
+            return _compiled().gelu_bias(x, bias)
+        x = x + bias
     if _compiled_ok(x):
         return _compiled().gelu(x)
     return numpy_gelu(x)

@@ -124,14 +124,22 @@ class MultiHeadAttention(Layer):
             y += self.params[f"b_{name}"]  # in place: y is the product's fresh array
         return y
 
+    def _heads(self, t, name, heads):
+        """``t W + b`` split into heads, contiguous ``(..., heads, N, d_head)``: the bias is
+        added in the same pass that lays the heads out (one pass over the product, not two)."""
+        y = split_heads(matmul_rows(t, self.params[f"w_{name}"], self.row_gemm), heads)
+        if not self.has_bias:
+            return np.ascontiguousarray(y)
+        out = np.empty(y.shape, dtype=np.result_type(y, self.params[f"b_{name}"]))
+        return np.add(y, self.params[f"b_{name}"].reshape(heads, 1, -1), out=out)
+
     def project(self, x, context=None):
         """q ``(..., H, N, d_head)``; k, v ``(..., H_kv, Nk, d_head)`` (context defaults to x)."""
         x, ctx = self._inputs(x, context)
         src = x if ctx is None else ctx
-        q = split_heads(self._proj(x, "q"), self.n_heads)  # (..., H, N, d_head)
-        k = split_heads(self._proj(src, "k"), self.n_kv_heads)  # (..., Hkv, Nk, d_head)
-        v = split_heads(self._proj(src, "v"), self.n_kv_heads)  # (..., Hkv, Nk, d_head)
-        return (np.ascontiguousarray(q), np.ascontiguousarray(k), np.ascontiguousarray(v))
+        return (self._heads(x, "q", self.n_heads),  # (..., H, N, d_head)
+                self._heads(src, "k", self.n_kv_heads),  # (..., Hkv, Nk, d_head)
+                self._heads(src, "v", self.n_kv_heads))  # (..., Hkv, Nk, d_head)
 
     def attention_weights(self, x, context=None, mask=None, *, rows=None):
         """The softmax weights ``(..., H, N, Nk)`` (only query ``rows`` if given)."""

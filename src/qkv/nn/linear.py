@@ -35,6 +35,12 @@ class Linear(Layer):
         if bias:
             self.params["bias"] = np.zeros(self.d_out, dtype=self.dtype)
 
+    def product(self, x):
+        """``x W`` without the bias ``(..., d_out)``: for a caller that adds the bias in its next
+        pass (MiniLM's feed-forward: into the GELU)."""
+        x = as_input(x, "x", "Linear", self.d_in, self.dtype)
+        return matmul_rows(x, self.params["weight"], self.row_gemm)  # (..., d_out)
+
     def forward(self, x):
         x = as_input(x, "x", "Linear", self.d_in, self.dtype)
         y = matmul_rows(x, self.params["weight"], self.row_gemm)  # (..., d_out)
