@@ -44,13 +44,18 @@ def main(argv=None) -> int:
     parser.add_argument("--n", type=positive, default=2048, help="queries = keys (2048)")
     parser.add_argument("--d", type=positive, default=64, help="head dimension (64)")
     parser.add_argument("--rounds", type=positive, default=7)
+    parser.add_argument("--tile-q", type=positive, default=None,
+                        help="queries per tile (default: KernelConfig's)")
+    parser.add_argument("--tile-k", type=positive, default=None,
+                        help="keys per tile (default: KernelConfig's, unmasked)")
     parser.add_argument("--gemm", choices=gemm.GEMMS, default="auto",
                         help="who computes the tile GEMMs (default auto: see qkv.engine.gemm)")
     args = parser.parse_args(argv)
     n, d = args.n, args.d
     cfg = KernelConfig(gemm=args.gemm)
     use = cfg.resolved_gemm()
-    tq, tk = min(cfg.tile_q, n), min(cfg.key_tile(masked=False), n)
+    tq = min(args.tile_q or cfg.tile_q, n)
+    tk = min(args.tile_k or cfg.key_tile(masked=False), n)
     rng = np.random.default_rng(0)
     q, k, v = (rng.standard_normal((n, d), dtype=np.float32) for _ in range(3))
     q_scaled = q * np.float32(d ** -0.5)
