@@ -41,7 +41,7 @@ def best_of(fn, rounds_done: list[float]) -> np.ndarray:
 
 # cProfile rows (file, function) → the part of the encoder they are; the rest is "other"
 PARTS = {("_base.py", "matmul_rows"): "GEMMs", ("engine/gemm.py", None): "GEMMs",
-         ("_compiled.py", "_gelu_erf32"): "GELU",
+         ("_compiled.py", "_gelu_erf32"): "GELU", ("_compiled.py", "_gelu_erf_bias32"): "GELU",
          ("activations.py", "_erf"): "GELU", ("activations.py", "numpy_gelu"): "GELU",
          ("norm.py", None): "LayerNorm", ("_compiled.py", "_layer_norm"): "LayerNorm",
          ("engine/kernel.py", None): "attention",
@@ -93,6 +93,14 @@ def profile(model, sentences: list[str], batch_size: int) -> None:
         fn(x)
         best = min(_timed(fn, x) for _ in range(5))
         print(f"  GELU ({name}): {best / x.size * 1e9:.2f} ns an element")
+    bias = np.random.default_rng(1).standard_normal(c.d_ff).astype(np.float32)
+    times = {}
+    for name, fn in (("the bias in its pass", lambda a: activations.gelu(a, bias=bias)),
+                     ("gelu(x + bias)", lambda a: activations.gelu(a + bias))):
+        fn(x)
+        times[name] = min(_timed(fn, x) for _ in range(5)) / x.size * 1e9
+    print("  GELU with the feed-forward's bias: " + ", ".join(
+        f"{name} {t:.2f} ns an element" for name, t in times.items()))
 
 
 def _timed(fn, x) -> float:

@@ -82,6 +82,19 @@ def test_train_recall_stops_before_training_without_safetensors(installed_as, mo
         "pip install 'qkv[train]'"]
 
 
+def test_look_without_tokenizers_names_the_model_extra(installed_as, monkeypatch, capsys):
+    # a wheel installed with [cli,train,explore] only: `qkv look` must name the missing extra,
+    # never end on a bare "No module named 'tokenizers'"
+    installed_as({"url": "file:///w.whl", "archive_info": {}})
+    monkeypatch.setitem(sys.modules, "tokenizers", None)
+    assert main(["look", "The cat sat on the mat"]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.strip().splitlines() == [
+        "qkv look needs tokenizers (the [model] extra), which is not installed: "
+        "pip install 'qkv[model]'"]
+
+
 def test_a_bad_step_count_is_one_line_and_nonzero(capsys):
     with pytest.raises(SystemExit) as exit_:
         main(["train", "recall", "--steps", "-5"])

@@ -86,6 +86,10 @@ def run(args: argparse.Namespace) -> int:
             return _fail("--gpt looks at qkv's character-level GPT; --model, --hf, --token, "
                          "--html and --svg are for the other models")
         return look_gpt.run(args)
+    from qkv._install import require
+
+    # the tokenizer and the weights' reader are the [model] extra's: say so before loading
+    require("qkv look", "rich", "safetensors", "tokenizers", extra="model")
     from rich.console import Console
 
     from qkv.models import ModelFilesError
