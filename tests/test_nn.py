@@ -128,6 +128,26 @@ def test_mha_self_attention(mask):
           lambda d: {"x": d[0]})
 
 
+@pytest.mark.parametrize("dtype", [np.float32, F64])
+@pytest.mark.parametrize("n_kv_heads, bias, n", [(None, True, 5), (2, False, 5), (None, True, 400)])
+def test_mha_head_views_give_the_bits_of_contiguous_heads(dtype, n_kv_heads, bias, n):
+    # MiniLM's encoder reads q, k, v as strided views of the projections (head_views): the
+    # engine must give the bits of contiguous heads, forward and backward, GQA and a tiled size
+    layer = nn.MultiHeadAttention(8, 4, n_kv_heads, bias=bias, rng=1, dtype=dtype)
+    x = rng(3).standard_normal((2, n, 8)).astype(dtype)
+    dy = rng(5).standard_normal((2, n, 8)).astype(dtype)
+    runs = []
+    for views in (False, True):
+        layer.head_views = views
+        q, k, v = layer.project(x)
+        assert q.flags.c_contiguous != views  # views: rows H·d apart, not copied
+        y, ctx = layer.forward(x, mask=qkv.causal())
+        (dx, _), grads = layer.backward(ctx, dy)
+        runs.append((q, k, v, y, dx, *grads.values()))
+    for a, b in zip(*runs, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_mha_gqa_cross_attention_and_fully_masked_rows():
     layer = _mha(n_heads=4, n_kv_heads=2, d_model=6, d_head=3)
     x, c = rng(3).standard_normal((2, 3, 6)), rng(4).standard_normal((2, 5, 6))

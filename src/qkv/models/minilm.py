@@ -109,6 +109,7 @@ class EncoderLayer:
         # tile GEMM there (MKL on an Intel CPU with qkv[mkl]: 1.2–1.3× OpenBLAS's one thread)
         for layer in (self.attn, self.ff_in, self.ff_out):
             layer.row_gemm = True
+        self.attn.head_views = True  # q, k, v read by the engine in place (no copy into heads)
 
     def load(self, t: dict[str, np.ndarray], prefix: str) -> None:
         def w(name):  # HF Linear (out, in) → row convention (in, out)
