@@ -3,9 +3,11 @@
 1. the weights' exponential for x ≤ 0 (``_exp2_nonpositive``) against the general one
    (``_exp2_above``: clamped at 2^128, two compares) in the step's exponential pass, unmasked,
    on one cache-warm tile of 1024 keys × 512 queries;
-2. the small path's short rows: the step on MiniLM's 768 planes of 21 × 21 scores plane by
-   plane, against every plane's queries side by side in one row (the kernel's
-   ``_side_by_side``, both copies included).
+2. the small path's short rows: the step plane by plane against every plane's queries side by
+   side in one row (the kernel's ``_side_by_side``, both copies included) — on MiniLM's 768
+   planes of 21 × 21 scores, on 32 planes of 4096 keys × 21 queries, and on 32 planes of
+   4096 × 32, where rows are whole vectors and the kernel keeps plane by plane
+   (``SIDE_BY_SIDE_BELOW``).
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/step_parts.py
 
@@ -20,7 +22,7 @@ import time
 import numpy as np
 from numba import njit
 
-from qkv.engine.kernel import _back_to_planes, _side_by_side
+from qkv.engine.kernel import SIDE_BY_SIDE_BELOW, _back_to_planes, _side_by_side
 from qkv.engine.step import compiled
 from qkv.engine.step.compiled import FLAGS, LOG2E, _exp2_above, _exp2_nonpositive, wide_vectors
 
@@ -78,26 +80,28 @@ def exponentials(rounds: int) -> None:
           f"{fast:.3f} ({fast / general:.2f}×); same bits: {same}")
 
 
-def short_rows(rounds: int) -> None:
+def short_rows(rounds: int, planes: int, keys: int, queries: int) -> None:
     rng = np.random.default_rng(0)
-    planes, n = 768, 21  # MiniLM: 64 sentences × 12 heads, 21 tokens
-    s0 = rng.standard_normal((planes, 1, 1, n, n)).astype(np.float32)  # (b, Hkv, G, Nk, Nq)
-    allowed = rng.random(s0.shape) < 0.9
+    shape = (planes, 1, 1, keys, queries)  # (b, Hkv, G, Nk, Nq)
+    s0 = rng.standard_normal(shape).astype(np.float32)
+    allowed = rng.random(shape) < 0.9
+
+    def state():
+        return (np.full((planes, queries), -np.inf, np.float32),
+                np.zeros((planes, queries), np.float32))
 
     def by_plane():
-        s = s0.copy()
-        m, row_sum = np.full((planes, n), -np.inf, np.float32), np.zeros((planes, n), np.float32)
-        compiled.online_softmax(s.reshape(planes, n, n), allowed.reshape(planes, n, n), m,
-                                row_sum, None)
+        s, (m, row_sum) = s0.copy(), state()
+        compiled.online_softmax(s.reshape(planes, keys, queries),
+                                allowed.reshape(planes, keys, queries), m, row_sum, None)
         return s, m, row_sum
 
     def side_by_side():
-        s = s0.copy()
-        m, row_sum = np.full((planes, n), -np.inf, np.float32), np.zeros((planes, n), np.float32)
-        wide = _side_by_side(s, n)
-        compiled.online_softmax(wide, _side_by_side(allowed, n), m.reshape(1, -1),
+        s, (m, row_sum) = s0.copy(), state()
+        wide = _side_by_side(s, queries)
+        compiled.online_softmax(wide, _side_by_side(allowed, queries), m.reshape(1, -1),
                                 row_sum.reshape(1, -1), None)
-        _back_to_planes(wide, s, n)
+        _back_to_planes(wide, s, queries)
         return s, m, row_sum
 
     same = all(np.array_equal(a, b) for a, b in zip(by_plane(), side_by_side(), strict=True))
@@ -106,8 +110,10 @@ def short_rows(rounds: int) -> None:
         t_plane.append(best(by_plane, 1))
         t_side.append(best(side_by_side, 1))
     plane, side = min(t_plane) * 1e3, min(t_side) * 1e3
-    print(f"step on {planes} planes of {n} × {n}: plane by plane {plane:.2f} ms, side by side "
-          f"{side:.2f} ms with its copies ({side / plane:.2f}×); same bits: {same}")
+    used = "side by side" if queries < SIDE_BY_SIDE_BELOW else "plane by plane"
+    print(f"step on {planes} planes of {keys} keys × {queries} queries: plane by plane "
+          f"{plane:.2f} ms, side by side {side:.2f} ms with its copies ({side / plane:.2f}×; "
+          f"the kernel runs {used}); same bits: {same}")
 
 
 def main(argv=None) -> int:
@@ -115,7 +121,9 @@ def main(argv=None) -> int:
     parser.add_argument("--rounds", type=int, default=50)
     args = parser.parse_args(argv)
     exponentials(args.rounds)
-    short_rows(args.rounds)
+    for planes, keys, queries in ((768, 21, 21), (32, 4096, 21), (32, 4096, 32)):
+        short_rows(args.rounds if keys < 1024 else max(3, args.rounds // 5), planes, keys,
+                   queries)
     return 0
 
 

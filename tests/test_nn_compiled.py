@@ -167,9 +167,13 @@ def test_gelu_with_a_bias_is_the_gelu_of_the_sum_bit_for_bit(dtype):
     with np.errstate(invalid="ignore", over="ignore"):
         np.testing.assert_array_equal(nn.gelu(x, bias=bias), nn.gelu(x + bias))
         np.testing.assert_array_equal(nn.gelu(x[3], bias=bias), nn.gelu(x[3] + bias))
+    empty = np.zeros((3, 0), dtype)
+    assert nn.gelu(empty, bias=np.zeros(0, dtype)).shape == (3, 0)
     for wrong in (bias[:5], bias[None], np.float32(1.0)):
         with pytest.raises(ValueError, match=r"gelu: bias has shape .*expected bias \(29,\)"):
             nn.gelu(x, bias=wrong)
+    with pytest.raises(ValueError, match="gelu: x has shape \\(\\); with a bias x needs"):
+        nn.gelu(np.float32(1.0), bias=bias[:1])
 
 
 def test_exact_gelu_in_float16_and_mixed_dtypes_takes_numpy():

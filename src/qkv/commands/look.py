@@ -88,8 +88,9 @@ def run(args: argparse.Namespace) -> int:
         return look_gpt.run(args)
     from qkv._install import require
 
-    # the tokenizer and the weights' reader are the [model] extra's: say so before loading
-    require("qkv look", "rich", "safetensors", "tokenizers", extra="model")
+    # the tokenizer, the weights' reader and scipy (the GELU without Numba) are the [model]
+    # extra's: say so before loading
+    require("qkv look", "rich", "safetensors", "tokenizers", "scipy", extra="model")
     from rich.console import Console
 
     from qkv.models import ModelFilesError

@@ -528,8 +528,11 @@ def _small_scores(p: Problem, rows: slice, *, keep_tanh=False):
 
 
 # The small path's compiled step runs on one row of every plane's queries side by side below
-# this many queries per plane (see _side_by_side; steps.per_query says which steps may).
-SIDE_BY_SIDE_BELOW = 64
+# this many queries per plane (see _side_by_side; steps.per_query says which steps may). From
+# 32 queries on, a plane's row is whole 16-wide vectors and the wide row, read twice from
+# beyond the cache, loses: python benchmarks/step_parts.py times 21 queries at 0.48–0.50× the
+# time of plane by plane on MiniLM's planes and 0.84–0.85× on 4096 keys, 32 queries at 1.33×.
+SIDE_BY_SIDE_BELOW = 32
 
 
 def _side_by_side(x: np.ndarray | None, nq: int) -> np.ndarray | None:

@@ -33,11 +33,14 @@ def gelu(x, bias=None):
     x = np.asarray(x)
     if bias is not None:
         bias = np.asarray(bias)
-        if x.ndim < 1 or bias.shape != x.shape[-1:]:
-            want = f"({x.shape[-1]},)" if x.ndim else "x with at least one axis"
+        if x.ndim < 1:
+            raise ValueError(f"gelu: x has shape {x.shape}; with a bias x needs at least one "
+                             "axis (the bias is added along the last)")
+        if bias.shape != x.shape[-1:]:
             raise ValueError(f"gelu: bias has shape {bias.shape}, x {x.shape}; expected "
-                             f"bias {want}, added along x's last axis")
-        if _compiled_ok(x) and x.dtype == np.float32 and bias.dtype == np.float32:
+                             f"bias ({x.shape[-1]},), added along x's last axis")
+        if (_compiled_ok(x) and x.dtype == np.float32 and bias.dtype == np.float32
+                and x.size):
             return _compiled().gelu_bias(x, bias)
         x = x + bias
     if _compiled_ok(x):

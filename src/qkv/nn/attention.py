@@ -142,7 +142,7 @@ class MultiHeadAttention(Layer):
         y = split_heads(y, heads)
         if not self.has_bias:
             return np.ascontiguousarray(y)
-        out = np.empty(y.shape, dtype=np.result_type(y, self.params[f"b_{name}"]))
+        out = np.empty(y.shape, dtype=y.dtype)  # the product's dtype, as y += b keeps it
         return np.add(y, self.params[f"b_{name}"].reshape(heads, 1, -1), out=out)
 
     def project(self, x, context=None):
