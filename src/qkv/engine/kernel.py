@@ -530,8 +530,8 @@ def _small_scores(p: Problem, rows: slice, *, keep_tanh=False):
 # The small path's compiled step runs on one row of every plane's queries side by side below
 # this many queries per plane (see _side_by_side; steps.per_query says which steps may). From
 # 32 queries on, a plane's row is whole 16-wide vectors and the wide row, read twice from
-# beyond the cache, loses: python benchmarks/step_parts.py times 21 queries at 0.48–0.50× the
-# time of plane by plane on MiniLM's planes and 0.84–0.85× on 4096 keys, 32 queries at 1.33×.
+# beyond the cache, loses: python benchmarks/step_parts.py times 21 queries at 0.52–0.54× the
+# time of plane by plane on MiniLM's planes and 0.84–0.90× on 4096 keys, 32 queries at 1.26–1.30×.
 SIDE_BY_SIDE_BELOW = 32
 
 
@@ -540,7 +540,7 @@ def _side_by_side(x: np.ndarray | None, nq: int) -> np.ndarray | None:
     side in one row of the step. The step is element-wise per query (each query's max and sum
     run down its own keys in the same order), so the bits are those of plane by plane; but a
     short row is mostly a vector loop's scalar remainder, and a long one is not: on MiniLM's
-    768 planes of 21 × 21 scores the compiled step with both copies takes 0.48–0.49× the time
+    768 planes of 21 × 21 scores the compiled step with both copies takes 0.52–0.54× the time
     of plane by plane (``python benchmarks/step_parts.py``, two runs)."""
     if x is None:
         return None
