@@ -36,8 +36,14 @@ MAX_HOSTS = 8  # namespaces per instance (the tests use 2–4, the benchmarks 2)
 SUBNETS = 250  # 10.231.0.0/24 … 10.231.249.0/24
 
 AGENT = """#!/bin/sh
-# ssh-like launch agent for mpirun: $1 is the "host" (a network namespace), the rest a command
+# ssh-like launch agent for mpirun: $1 is the "host" (a network namespace), the rest a command.
+# Each host's daemon keeps its session files in a folder of its own, as real hosts each have
+# their own /tmp: here the namespaces share one, and daemons of one job racing to make the same
+# /tmp/ompi.<hostname>.<uid>/jf.<job> folder failed a run ("mkdir ... File exists").
 host=$1; shift
+tmp="$(dirname "$0")/tmp-$host"
+mkdir -p "$tmp"
+export OMPI_MCA_orte_tmpdir_base="$tmp"
 exec ip netns exec "$host" sh -c "$*"
 """
 
