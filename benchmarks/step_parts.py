@@ -27,53 +27,45 @@ from qkv.engine.step import compiled
 from qkv.engine.step.compiled import FLAGS, LOG2E, _exp2_above, _exp2_nonpositive, wide_vectors
 
 
-@njit(nogil=True, fastmath=FLAGS)
-def _weights_general(tile, m_ref, floor, row_sum):  # the exponential pass as it was
-    wide_vectors()
-    for j in range(tile.shape[0]):
-        row = tile[j]
-        for i in range(tile.shape[1]):
-            p = _exp2_above((row[i] - m_ref[i]) * LOG2E, floor)
-            row[i] = p
-            row_sum[i] += p
+def _weights_pass(exp2):
+    """The step's exponential pass (unmasked) with ``exp2`` compiled into it."""
+
+    @njit(nogil=True, fastmath=FLAGS)
+    def weights(tile, m_ref, floor, row_sum):
+        wide_vectors()
+        for j in range(tile.shape[0]):
+            row = tile[j]
+            for i in range(tile.shape[1]):
+                p = exp2((row[i] - m_ref[i]) * LOG2E, floor)
+                row[i] = p
+                row_sum[i] += p
+
+    return weights
 
 
-@njit(nogil=True, fastmath=FLAGS)
-def _weights_nonpositive(tile, m_ref, floor, row_sum):  # the exponential pass as it is
-    wide_vectors()
-    for j in range(tile.shape[0]):
-        row = tile[j]
-        for i in range(tile.shape[1]):
-            p = _exp2_nonpositive((row[i] - m_ref[i]) * LOG2E, floor)
-            row[i] = p
-            row_sum[i] += p
+PASSES = {"general": _weights_pass(_exp2_above),  # the exponential pass as it was
+          "x ≤ 0": _weights_pass(_exp2_nonpositive)}  # as it is
 
 
-def best(fn, rounds: int) -> float:
-    times = []
-    for _ in range(rounds):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
+def timed(fn, *args) -> float:
+    start = time.perf_counter()
+    fn(*args)
+    return time.perf_counter() - start
 
 
 def exponentials(rounds: int) -> None:
     rng = np.random.default_rng(0)
     scores = (rng.standard_normal((1024, 512)) * 5).astype(np.float32)  # (keys, queries)
     m_ref = scores.max(axis=0)
-    results, times = {}, {}
-    for name, loop in (("general", _weights_general), ("x ≤ 0", _weights_nonpositive)):
+    results, times = {}, {name: [] for name in PASSES}
+    for name, loop in PASSES.items():  # compile, and the result
         tile, row_sum = scores.copy(), np.zeros(512, np.float32)
-        loop(tile, m_ref, compiled.PRODUCT_FLOOR, row_sum)  # compile, and the result
+        loop(tile, m_ref, compiled.PRODUCT_FLOOR, row_sum)
         results[name] = (tile, row_sum)
-        times[name] = []
     for _ in range(rounds):
-        for name, loop in (("general", _weights_general), ("x ≤ 0", _weights_nonpositive)):
+        for name, loop in PASSES.items():
             tile, row_sum = scores.copy(), np.zeros(512, np.float32)
-            start = time.perf_counter()
-            loop(tile, m_ref, compiled.PRODUCT_FLOOR, row_sum)
-            times[name].append(time.perf_counter() - start)
+            times[name].append(timed(loop, tile, m_ref, compiled.PRODUCT_FLOOR, row_sum))
     same = all(np.array_equal(a, b) for a, b in zip(*results.values(), strict=True))
     general, fast = (min(times[n]) / scores.size * 1e9 for n in ("general", "x ≤ 0"))
     print(f"exponential pass, 1024 × 512 tile: general {general:.3f} ns a score, x ≤ 0 "
@@ -107,8 +99,8 @@ def short_rows(rounds: int, planes: int, keys: int, queries: int) -> None:
     same = all(np.array_equal(a, b) for a, b in zip(by_plane(), side_by_side(), strict=True))
     t_plane, t_side = [], []
     for _ in range(rounds):
-        t_plane.append(best(by_plane, 1))
-        t_side.append(best(side_by_side, 1))
+        t_plane.append(timed(by_plane))
+        t_side.append(timed(side_by_side))
     plane, side = min(t_plane) * 1e3, min(t_side) * 1e3
     used = "side by side" if queries < SIDE_BY_SIDE_BELOW else "plane by plane"
     print(f"step on {planes} planes of {keys} keys × {queries} queries: plane by plane "

@@ -531,7 +531,7 @@ def _small_scores(p: Problem, rows: slice, *, keep_tanh=False):
 # this many queries per plane (see _side_by_side; steps.per_query says which steps may). From
 # 32 queries on, a plane's row is whole 16-wide vectors and the wide row, read twice from
 # beyond the cache, loses: python benchmarks/step_parts.py times 21 queries at 0.52–0.54× the
-# time of plane by plane on MiniLM's planes and 0.84–0.90× on 4096 keys, 32 queries at 1.26–1.30×.
+# time of plane by plane on MiniLM's planes and 0.82–0.90× on 4096 keys, 32 queries at 1.26–1.30×.
 SIDE_BY_SIDE_BELOW = 32
 
 
@@ -541,7 +541,7 @@ def _side_by_side(x: np.ndarray | None, nq: int) -> np.ndarray | None:
     run down its own keys in the same order), so the bits are those of plane by plane; but a
     short row is mostly a vector loop's scalar remainder, and a long one is not: on MiniLM's
     768 planes of 21 × 21 scores the compiled step with both copies takes 0.52–0.54× the time
-    of plane by plane (``python benchmarks/step_parts.py``, two runs)."""
+    of plane by plane (``python benchmarks/step_parts.py``, four runs)."""
     if x is None:
         return None
     planes = x.reshape(-1, x.shape[-2], nq)  # (P, Nk, Nq)

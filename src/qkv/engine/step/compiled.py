@@ -124,8 +124,8 @@ def _exp2_nonpositive(x, floor):
     """:func:`_exp2_above` for x ≤ 0 (an online-softmax weight: a score minus its max), −inf or
     NaN — the same bits on that domain in fewer instructions: no clamp at 2^128, and one compare
     both clamps at ``floor`` and zeroes below it (a select that keeps NaN, where ``_maxnum``
-    maps it to ``floor``): the step's exponential pass 0.83–0.86× as long on a cache-warm tile
-    (``python benchmarks/step_parts.py``, two runs). A masked slot's stale score may give any
+    maps it to ``floor``): the step's exponential pass 0.80–0.87× as long on a cache-warm tile
+    (``python benchmarks/step_parts.py``, four runs). A masked slot's stale score may give any
     x: its result is selected away."""
     below = x < floor  # False for NaN: its weight stays NaN
     xc = floor if below else x
