@@ -3,6 +3,7 @@ API (engine v2 issue): each must stay fixed on both tile steps."""
 
 import sys
 import threading
+import warnings
 
 import numpy as np
 import pytest
@@ -104,6 +105,70 @@ def test_overflow_sized_but_finite_float64_is_computed():
     out, lse = qkv.attention(q, k, np.eye(2), return_lse=True)
     np.testing.assert_allclose(out, [[1, 0], [1, 0]])  # the larger score wins outright
     assert np.isfinite(lse).all()
+
+
+# ---- values whose weighted sums would overflow -------------------------------------------
+@pytest.mark.parametrize("backend", BACKEND_PARAMS)
+@pytest.mark.parametrize("shape", [(4, 8), (1, 2, 600, 8), (1, 2, 3000, 8)])  # small and tiled
+def test_overflow_sized_values_give_their_blend_not_inf(backend, shape):
+    # out is a blend of v's rows, but the kernels sum unnormalised weights first: Nk · 3e38 is
+    # past float32 while the answer (every row 3e38 here) is not. It used to return inf.
+    rng = np.random.default_rng(7)
+    q = (0.1 * rng.standard_normal(shape)).astype(np.float32)  # near-uniform weights
+    v = (rng.uniform(0.5, 1.0, shape) * 3e38).astype(np.float32)
+    ref = qkv.reference.attention(q.astype(np.float64), q.astype(np.float64),
+                                  v.astype(np.float64))
+    with kernel_config(backend=backend), warnings.catch_warnings():
+        warnings.simplefilter("error")  # no overflow warning from the first attempt either
+        out = qkv.attention(q, q, v)
+        causal = qkv.attention(q, q, v, mask=qkv.causal())
+        # scaling by a power of two is exact in every sum and product: the bits of v scaled
+        # down by hand, then scaled back up
+        by_hand = qkv.attention(q, q, v * np.float32(2**-20)) * np.float32(2**20)
+    assert np.isfinite(out).all() and np.isfinite(causal).all()
+    np.testing.assert_array_equal(out, by_hand)
+    # the same-sign sums over Nk keys round within γ_Nk ≈ Nk·2^-24 of max|v| (Higham)
+    atol = output_atol(q, q, v) + shape[-2] * 2**-24 * float(np.abs(v).max())
+    np.testing.assert_allclose(out, ref, atol=atol, rtol=0)
+    np.testing.assert_allclose(causal[..., 0, :], v[..., 0, :], rtol=2**-23)  # one key: itself
+
+
+def test_overflow_sized_values_keep_the_callers_inf():
+    # check_finite=False: an inf the caller put in v stays in the rows that read it (and only
+    # there) when the overflowed sums are redone; a masked one never shows
+    q = np.zeros((6, 4), np.float32)
+    v = np.full((6, 4), 3e38, np.float32)
+    v[3, 0] = np.inf
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = qkv.attention(q, q, v, mask=qkv.causal(), check_finite=False)
+    np.testing.assert_allclose(out[:3], 3e38, rtol=2**-22)
+    assert (out[3:, 0] == np.inf).all()
+    np.testing.assert_allclose(out[3:, 1:], 3e38, rtol=2**-22)
+
+
+def test_a_blend_of_the_largest_values_that_rounds_past_them_is_refused():
+    # every row of v is float32's largest: the blend is too, but its rounding may pass it
+    top = np.finfo(np.float32).max
+    q, k = np.array([[0.5, 0, 0, 0]], np.float32), np.array([[0, 0, 0, 0], [1, 0, 0, 0]],
+                                                             np.float32)
+    with pytest.raises(ValueError, match=r"the output overflows float32: a blend of v's rows "
+                                         r"\(max\|v\| 3.4e\+38\) rounded past .*float64"):
+        qkv.attention(q, k, np.full((2, 3), top, np.float32))
+    out = qkv.attention(q.astype(np.float64), k.astype(np.float64), np.full((2, 3), float(top)))
+    np.testing.assert_allclose(out, top, rtol=1e-15)
+
+
+def test_paged_values_whose_sums_overflow_are_refused():
+    cache = np.full((1, 1, 16, 4), 3e38, np.float32)  # (blocks, Hkv, block size, D)
+    keys = np.zeros_like(cache)
+    q = np.zeros((1, 1, 1, 4), np.float32)
+    with pytest.raises(ValueError, match=r"sequence 0's output overflows float32.*16 cached "
+                                         r"rows.*v / c"):
+        qkv.attention(q, keys, cache, block_table=np.array([[0]]), seq_lens=np.array([16]))
+    out = qkv.attention(q, keys, cache / 2**8, block_table=np.array([[0]]),
+                        seq_lens=np.array([16])) * 2**8
+    np.testing.assert_allclose(out, 3e38, rtol=2**-20)
 
 
 @pytest.mark.parametrize("backend", BACKEND_PARAMS)

@@ -64,9 +64,14 @@ def test_neuron_view_of_a_token(capsys, model, attentions):
 
 def test_html_and_svg_files(capsys, tmp_path, attentions):
     _, weights = attentions
-    html, svg = tmp_path / "heads.html", tmp_path / "head.svg"
+    # a folder deep enough that "wrote PATH" passes 80 columns: the path stays on one line
+    # (it was broken over two under a longer temporary folder, where it could not be copied)
+    deep = tmp_path / ("a-folder-with-a-long-name-" * 3)
+    deep.mkdir()
+    html, svg = deep / "heads.html", deep / "head.svg"
     code, out, _ = run(capsys, "--layer", "3", "--head", "1", "--html", str(html),
                        "--svg", str(svg))
+    assert len(f"wrote {html}") > 80
     assert code == 0 and f"wrote {html}" in out and f"wrote {svg}" in out
     root = ET.parse(svg).getroot()
     cells = [float(r.get("data-w")) for r in root.iter("{http://www.w3.org/2000/svg}rect")

@@ -141,5 +141,7 @@ def run(args: argparse.Namespace) -> int:
                 written = fig.save(path, args.layer, args.head)
             except (OSError, ValueError) as exc:
                 return _fail(f"cannot write {path}: {exc}")
-            console.print(f"wrote {written} ({what})")
+            # one line whatever the width: a path broken over two lines cannot be copied
+            console.print(f"wrote {written} ({what})", soft_wrap=True, highlight=False,
+                          markup=False)
     return 0

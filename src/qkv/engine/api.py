@@ -85,7 +85,8 @@ def attention(q, k, v, mask=None, bias=None, scale=None, *, return_lse=False, ch
         ``out (..., Hq, Nq, Dv)`` in the inputs' dtype, or ``(out, lse)``. A query with no
         allowed key (or whose allowed scores are all −inf) gets zeros and ``lse = -inf`` —
         never NaN. Scores that would overflow the dtype are refused with an error, so −inf
-        always means "no key".
+        always means "no key". Overflow-sized values (Nk · max|v| past the dtype's range) give
+        their blend, not inf: an overflowed sum is redone with v scaled by a power of two.
 
     float32 is computed in float32, float64 in float64; float16 is computed in float32 (k and v
     converted once per call, queries tile by tile) and the result rounded back to float16.

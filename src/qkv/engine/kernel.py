@@ -26,6 +26,7 @@ from __future__ import annotations
 import functools
 import itertools
 import math
+from dataclasses import replace
 
 import numpy as np
 
@@ -238,7 +239,41 @@ def _run(p: Problem, cfg: KernelConfig, worker, items, passes: float = 1.0,
 def forward(p: Problem, *, with_output: bool = True) -> tuple[np.ndarray | None, np.ndarray]:
     """``(out, lse)`` for a validated problem: out ``(*batch, Hq, Nq, Dv)`` in the input dtype
     (None when ``with_output`` is False: only lse is wanted), lse ``(*batch, Hq, Nq)`` in the
-    compute dtype (natural log)."""
+    compute dtype (natural log).
+
+    The output is a blend of v's rows, but the kernels divide by the weights' total last: with
+    overflow-sized values (:attr:`Problem.sums_may_overflow`) Σ p·v can pass the dtype's range
+    while the answer is finite. Such an output is checked, and one that overflowed is computed
+    again with v scaled down (:func:`_forward_values_scaled`)."""
+    out, lse = _forward(p, with_output)
+    if out is not None and p.sums_may_overflow and not np.isfinite(out).all():
+        out = _forward_values_scaled(p)
+    return out, lse
+
+
+def _forward_values_scaled(p: Problem) -> np.ndarray:
+    """The output of a problem whose Σ p·v overflowed: the same problem with v times 2^-e
+    (exact: a power of two), the least that brings :attr:`Problem.value_reach` inside a quarter
+    of the dtype, and the output times 2^e. Rows non-finite for the caller's own inf or NaN
+    (check_finite=False) stay so. Entries of v below 2^e times the dtype's smallest normal
+    number lose bits in the scaled copy: only next to values ~2^e times too large to sum."""
+    top = float(np.finfo(p.compute).max)
+    e = max(1, math.ceil(math.log2(p.value_reach / (top / 4))))
+    shrink, grow = p.dtype.type(2.0 ** -e), p.dtype.type(2.0 ** e)
+    scaled, _ = _forward(replace(p, v=p.v * shrink, value_reach=p.value_reach * 2.0 ** -e),
+                         True)
+    with np.errstate(over="ignore", invalid="ignore"):
+        out = scaled * grow
+    if (np.isfinite(scaled) & ~np.isfinite(out)).any():  # a blend rounded past the top
+        raise ValueError(
+            f"the output overflows {p.compute}: a blend of v's rows (max|v| "
+            f"{p.value_reach * (1.0 - p.dropout) / p.nk:.3g}) rounded past {top:.3g}, the "
+            f"largest {p.compute}; leave v some headroom below it (the output is linear in v: "
+            f"attention(q, k, v / c) * c), or compute in float64")
+    return out
+
+
+def _forward(p: Problem, with_output: bool) -> tuple[np.ndarray | None, np.ndarray]:
     out = np.zeros(p.out_shape(p.dv), dtype=p.dtype) if with_output else None
     lse = np.full(p.out_shape(1)[:-1], -np.inf, dtype=p.compute)
     if p.empty:
@@ -459,6 +494,14 @@ def forward_pages(problems: list[Problem]) -> list[tuple[np.ndarray, np.ndarray]
     with scratch:
         threads.run(run, items, cfg.num_workers(work), hold_blas=work > BLAS_HOLD_MIN,
                     pin=cfg.pin)
+    for b, (p, (out, _)) in enumerate(zip(problems, results, strict=True)):
+        # the cache is read in place, so no scaled copy of v (see forward): refused instead
+        if p.sums_may_overflow and not np.isfinite(out).all():
+            raise ValueError(
+                f"sequence {b}'s output overflows {p.compute}: the kernel sums up to "
+                f"{p.nk} cached rows of v (max|v| {p.value_reach / p.nk:.3g}) before dividing "
+                "by the weights' total; scale the cached values down (the output is linear in "
+                "v: attention(q, k, v / c) * c)")
     return results
 
 

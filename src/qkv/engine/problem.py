@@ -52,6 +52,11 @@ class Problem:
     # A paged cache's sequence (engine/paged.py): k and v are then shape-only stand-ins and the
     # kernel reads key tiles through ``pages.rows(which, hk, k0, k1)``.
     pages: object = None
+    # Nk · max|v| over v's finite entries / (1 − dropout): what the kernels' sums of weights
+    # (each ≤ 1: a score minus its row's max, exponentiated) times v's rows can reach before the
+    # division by the weights' total — past the compute dtype's range only for overflow-sized
+    # values (see kernel.forward)
+    value_reach: float = 0.0
 
     @property
     def hq(self) -> int:
@@ -106,10 +111,18 @@ class Problem:
     def quiet(self):
         """NumPy's floating-point warnings off for a problem the caller chose not to have
         checked (check_finite=False): a NaN or inf there is the caller's, and the kernel keeps
-        it out of every pair that does not hold it (masked slots never reach a result)."""
-        if self.checked_finite:
+        it out of every pair that does not hold it (masked slots never reach a result) — and
+        for one whose sums of v may overflow (:attr:`sums_may_overflow`): checked after."""
+        if self.checked_finite and not self.sums_may_overflow:
             return contextlib.nullcontext()
         return np.errstate(over="ignore", invalid="ignore", divide="ignore")
+
+    @property
+    def sums_may_overflow(self) -> bool:
+        """Could Σ p·v, before its division by Σ p, pass the compute dtype's range? Then the
+        kernel checks its output and redoes an overflowed one with v scaled down
+        (:func:`qkv.engine.kernel.forward`), its first attempt's overflow warnings off."""
+        return self.value_reach > float(np.finfo(self.compute).max)
 
     def rows(self, idx: np.ndarray) -> tuple[Problem, np.ndarray]:
         """The same problem for the query rows ``idx`` only (global positions kept), and where
@@ -413,10 +426,15 @@ def prepare(q, k, v=None, mask=None, bias=None, scale=None, *, check_finite=True
     dtype = qa.dtype
     compute = np.dtype(np.float32) if dtype == np.float16 else dtype
     check_range(given, magnitudes, scale, bound_bias, compute, softcap)
+    value_reach = 0.0
+    if "v" in given:
+        vmax = magnitudes["v"]
+        vmax = vmax if math.isfinite(vmax) else finite_max_abs(given["v"])
+        value_reach = vmax * given["v"].shape[-2] / (1.0 - dropout)
     return Problem(
         q=qa, k=ka, v=va, batch_shape=batch, dtype=dtype, compute=compute, scale=scale,
         mask=bound_mask, bias=bound_bias, q_pos=np.asarray(q_pos, dtype=np.int64),
         k_pos=np.asarray(k_pos, dtype=np.int64), layout=layout, two_d=two_d,
         checked_finite=bool(check_finite), softcap=softcap, dropout=dropout,
-        dropout_seed=dropout_seed, score_mod=score_mod,
+        dropout_seed=dropout_seed, score_mod=score_mod, value_reach=value_reach,
     )
