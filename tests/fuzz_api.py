@@ -501,7 +501,11 @@ def problems(draw, extreme: bool, batch_ok=True):
 
     q = arr(*batch, hq, nq, dk, m=mag)
     k = arr(*batch, hkv, nk, dk, m=mag)
-    v = arr(*batch, hkv, nk, dv, m=mag if extreme and draw(st.booleans()) else 1.0)
+    # v: q's and k's magnitude, 1, or (float32/64) overflow-sized: a quarter of the dtype's top,
+    # so Nk of its rows summed before the softmax's division would pass it (the output, a
+    # blend, would not)
+    v_mags = [mag, 1.0] + ([top / 4] if dtype != np.float16 else [])
+    v = arr(*batch, hkv, nk, dv, m=draw(st.sampled_from(v_mags)) if extreme else 1.0)
     mask = draw(draw_mask(batch, hq, nq, nk)) if not two_d else ("none",)
     bias_kind = draw(st.sampled_from(["none", "dense", "alibi"]))
     bias = None

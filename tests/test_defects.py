@@ -133,6 +133,17 @@ def test_overflow_sized_values_give_their_blend_not_inf(backend, shape):
     np.testing.assert_allclose(causal[..., 0, :], v[..., 0, :], rtol=2**-23)  # one key: itself
 
 
+def test_float64_values_near_its_top_with_dropout_give_their_blend():
+    # Nk · max|v| / (1 − dropout) is past float64 itself here: the rescale is found in
+    # logarithms (it raised OverflowError: the fuzzer's find once v could be overflow-sized)
+    q = np.zeros((2, 5, 3))
+    v = np.full((5, 3), np.finfo(np.float64).max / 4)
+    out = qkv.attention(q[0], q[0], v, dropout=0.3, dropout_seed=1)
+    ref = qkv.attention(q[0], q[0], v / 2**20, dropout=0.3, dropout_seed=1) * 2**20
+    assert np.isfinite(out).all()
+    np.testing.assert_array_equal(out, ref)
+
+
 def test_overflow_sized_values_keep_the_callers_inf():
     # check_finite=False: an inf the caller put in v stays in the rows that read it (and only
     # there) when the overflowed sums are redone; a masked one never shows

@@ -258,16 +258,17 @@ def _forward_values_scaled(p: Problem) -> np.ndarray:
     (check_finite=False) stay so. Entries of v below 2^e times the dtype's smallest normal
     number lose bits in the scaled copy: only next to values ~2^e times too large to sum."""
     top = float(np.finfo(p.compute).max)
-    e = max(1, math.ceil(math.log2(p.value_reach / (top / 4))))
+    # in logarithms: the reach itself may be past float64 (float64 values near its top)
+    e = max(1, math.ceil(math.log2(p.v_max) + math.log2(p.nk) - math.log2(1.0 - p.dropout)
+                         - math.log2(top / 4)))
     shrink, grow = p.dtype.type(2.0 ** -e), p.dtype.type(2.0 ** e)
-    scaled, _ = _forward(replace(p, v=p.v * shrink, value_reach=p.value_reach * 2.0 ** -e),
-                         True)
+    scaled, _ = _forward(replace(p, v=p.v * shrink, v_max=p.v_max * 2.0 ** -e), True)
     with np.errstate(over="ignore", invalid="ignore"):
         out = scaled * grow
     if (np.isfinite(scaled) & ~np.isfinite(out)).any():  # a blend rounded past the top
         raise ValueError(
             f"the output overflows {p.compute}: a blend of v's rows (max|v| "
-            f"{p.value_reach * (1.0 - p.dropout) / p.nk:.3g}) rounded past {top:.3g}, the "
+            f"{p.v_max:.3g}) rounded past {top:.3g}, the "
             f"largest {p.compute}; leave v some headroom below it (the output is linear in v: "
             f"attention(q, k, v / c) * c), or compute in float64")
     return out
@@ -499,7 +500,7 @@ def forward_pages(problems: list[Problem]) -> list[tuple[np.ndarray, np.ndarray]
         if p.sums_may_overflow and not np.isfinite(out).all():
             raise ValueError(
                 f"sequence {b}'s output overflows {p.compute}: the kernel sums up to "
-                f"{p.nk} cached rows of v (max|v| {p.value_reach / p.nk:.3g}) before dividing "
+                f"{p.nk} cached rows of v (max|v| {p.v_max:.3g}) before dividing "
                 "by the weights' total; scale the cached values down (the output is linear in "
                 "v: attention(q, k, v / c) * c)")
     return results

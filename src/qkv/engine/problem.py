@@ -52,11 +52,8 @@ class Problem:
     # A paged cache's sequence (engine/paged.py): k and v are then shape-only stand-ins and the
     # kernel reads key tiles through ``pages.rows(which, hk, k0, k1)``.
     pages: object = None
-    # Nk · max|v| over v's finite entries / (1 − dropout): what the kernels' sums of weights
-    # (each ≤ 1: a score minus its row's max, exponentiated) times v's rows can reach before the
-    # division by the weights' total — past the compute dtype's range only for overflow-sized
-    # values (see kernel.forward)
-    value_reach: float = 0.0
+    # max |v| over v's finite entries (0 without v): see value_reach
+    v_max: float = 0.0
 
     @property
     def hq(self) -> int:
@@ -116,6 +113,14 @@ class Problem:
         if self.checked_finite and not self.sums_may_overflow:
             return contextlib.nullcontext()
         return np.errstate(over="ignore", invalid="ignore", divide="ignore")
+
+    @property
+    def value_reach(self) -> float:
+        """Nk · max|v| / (1 − dropout): what the kernels' sums of weights (each ≤ 1: a score
+        minus its row's max, exponentiated; dropout scales the kept ones) times v's rows can
+        reach before their division by the weights' total — past the compute dtype's range
+        only for overflow-sized values (see kernel.forward); inf past float64's."""
+        return self.v_max * self.nk / (1.0 - self.dropout)
 
     @property
     def sums_may_overflow(self) -> bool:
@@ -426,15 +431,14 @@ def prepare(q, k, v=None, mask=None, bias=None, scale=None, *, check_finite=True
     dtype = qa.dtype
     compute = np.dtype(np.float32) if dtype == np.float16 else dtype
     check_range(given, magnitudes, scale, bound_bias, compute, softcap)
-    value_reach = 0.0
+    v_max = 0.0
     if "v" in given:
-        vmax = magnitudes["v"]
-        vmax = vmax if math.isfinite(vmax) else finite_max_abs(given["v"])
-        value_reach = vmax * given["v"].shape[-2] / (1.0 - dropout)
+        v_max = magnitudes["v"]
+        v_max = v_max if math.isfinite(v_max) else finite_max_abs(given["v"])
     return Problem(
         q=qa, k=ka, v=va, batch_shape=batch, dtype=dtype, compute=compute, scale=scale,
         mask=bound_mask, bias=bound_bias, q_pos=np.asarray(q_pos, dtype=np.int64),
         k_pos=np.asarray(k_pos, dtype=np.int64), layout=layout, two_d=two_d,
         checked_finite=bool(check_finite), softcap=softcap, dropout=dropout,
-        dropout_seed=dropout_seed, score_mod=score_mod, value_reach=value_reach,
+        dropout_seed=dropout_seed, score_mod=score_mod, v_max=v_max,
     )
