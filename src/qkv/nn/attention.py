@@ -134,11 +134,9 @@ class MultiHeadAttention(Layer):
         """``t W + b`` split into heads ``(..., heads, N, d_head)``: contiguous, the bias added
         in the same pass that lays the heads out (one pass over the product, not two) — or,
         with :attr:`head_views`, the bias added in place and the heads a strided view."""
-        y = matmul_rows(t, self.params[f"w_{name}"], self.row_gemm)  # (..., N, heads·d): fresh
         if self.head_views:
-            if self.has_bias:
-                y += self.params[f"b_{name}"]
-            return split_heads(y, heads)  # a view: rows heads·d apart
+            return split_heads(self._proj(t, name), heads)  # a view: rows heads·d apart
+        y = matmul_rows(t, self.params[f"w_{name}"], self.row_gemm)  # (..., N, heads·d): fresh
         y = split_heads(y, heads)
         if not self.has_bias:
             return np.ascontiguousarray(y)
