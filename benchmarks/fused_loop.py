@@ -4,8 +4,9 @@ interleaved round by round, on one worker and on two.
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/fused_loop.py
 
-Same tiles, same GEMMs (MKL), same step; what differs is who calls them: the fused loop runs a
-query block's tiles in one compiled call without the GIL. Best of ``--rounds``; torch with as
+Same tiles, same GEMMs (the BLAS ``QKV_GEMM`` picks: MKL's or NumPy's), same step; what differs
+is who calls them: the fused loop runs a query block's tiles in one compiled call without the
+GIL. Best of ``--rounds``; torch with as
 many threads as qkv has workers.
 """
 
@@ -18,7 +19,7 @@ import numpy as np
 import torch
 
 import qkv
-from qkv.engine import gemm, kernel_config
+from qkv.engine import current, gemm, kernel_config
 
 CASES = [("dense H=8 N=2048", 8, 2048, False), ("causal H=8 N=2048", 8, 2048, True),
          ("dense H=1 N=8192", 1, 8192, False), ("causal H=1 N=8192", 1, 8192, True)]
@@ -50,8 +51,8 @@ def main(argv=None) -> int:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     args = parser.parse_args(argv)
-    if not gemm.mkl_available():
-        print(f"the fused loop calls MKL's GEMM: {gemm.describe()}; nothing to compare")
+    if gemm.address(np.float32, current().resolved_gemm()) is None:
+        print(f"the fused loop needs an ILP64 cblas_sgemm: {gemm.describe()}; nothing to compare")
         return 1
     rng = np.random.default_rng(0)
     print(f"float32, D=64; GEMMs: {gemm.describe()}; best of {args.rounds} interleaved rounds")

@@ -1,5 +1,6 @@
 """The forward's tile loop compiled whole (engine/step/fused.py): the same bits as the Python
-loop it replaces, on the problems it takes; the others never reach it; MKL never refuses a call.
+loop it replaces, on the problems it takes, calling MKL's GEMM or NumPy's OpenBLAS's; the others
+never reach it; MKL never refuses a call.
 
 The float64 reference checks it too: test_attention's tiled path runs through it."""
 
@@ -14,20 +15,26 @@ from qkv import reference
 from qkv.engine import TileStats, gemm, kernel_config
 from test_attention import draw_mask
 
-pytestmark = [needs_numba,
-              pytest.mark.skipif(not gemm.mkl_available(), reason="the loop calls MKL's GEMM")]
+pytestmark = needs_numba
+
+# the BLAS the loop calls: MKL's (the qkv[mkl] extra) and NumPy's own (its wheels' OpenBLAS)
+BLASES = [pytest.param("mkl", marks=pytest.mark.skipif(
+              gemm.address(np.float32, "mkl") is None, reason="MKL is not installed")),
+          pytest.param("numpy", marks=pytest.mark.skipif(
+              gemm.address(np.float32, "numpy") is None,
+              reason="NumPy's BLAS exports no ILP64 cblas_sgemm"))]
 
 TINY = dict(tile_q=8, tile_k=16, tile_k_unmasked=16, small=0, split_min=2)  # many tiles
 TILED = dict(small=0)  # the default tiles, every problem tiled
 
 
-def both(q, k, v, tiles=TINY, workers=None, **kwargs):
-    """``[(out, lse, stats)]`` of the fused loop and of the Python loop, same tiles, MKL's
-    GEMMs both."""
+def both(q, k, v, tiles=TINY, workers=None, blas="mkl", **kwargs):
+    """``[(out, lse, stats)]`` of the fused loop and of the Python loop, same tiles, the same
+    BLAS's GEMMs both."""
     runs = []
     for fused in (True, False):
         stats = TileStats()
-        with kernel_config(**tiles, fused=fused, gemm="mkl", backend="compiled", stats=stats,
+        with kernel_config(**tiles, fused=fused, gemm=blas, backend="compiled", stats=stats,
                            workers=workers):
             out, lse = qkv.attention(q, k, v, return_lse=True, **kwargs)
         runs.append((out, lse, stats))
@@ -73,9 +80,10 @@ def problems(draw):
 @settings(max_examples=60, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(problem=problems())
-def test_the_fused_loop_is_bitwise_the_python_loop(problem, capfd):
+@pytest.mark.parametrize("blas", BLASES)
+def test_the_fused_loop_is_bitwise_the_python_loop(blas, problem, capfd):
     q, k, v, mask = problem
-    runs = both(q, k, v, mask=mask)
+    runs = both(q, k, v, blas=blas, mask=mask)
     assert_same_bits(runs)
     ref = reference.attention(q, k, v, mask=mask)
     np.testing.assert_allclose(runs[0][0].astype(np.float64), ref, rtol=0,
@@ -83,18 +91,20 @@ def test_the_fused_loop_is_bitwise_the_python_loop(problem, capfd):
     assert "MKL ERROR" not in capfd.readouterr().out  # MKL prints a refused call and goes on
 
 
+@pytest.mark.parametrize("blas", BLASES)
 @pytest.mark.parametrize("workers", [1, 2])
-def test_large_heads_on_default_tiles_and_both_workers(workers):
+def test_large_heads_on_default_tiles_and_both_workers(workers, blas):
     rng = np.random.default_rng(0)
     q = rng.standard_normal((2, 4, 1500, 64)).astype(np.float32)
     k, v = (rng.standard_normal((2, 2, 1300, 64)).astype(np.float32) for _ in range(2))
     documents = qkv.documents(np.repeat(np.arange(3), [500, 700, 300]),
                               np.repeat(np.arange(3), [400, 500, 400]))
     for mask in (None, qkv.causal(), qkv.window(300), documents):
-        assert_same_bits(both(q, k, v, TILED, workers, mask=mask))
+        assert_same_bits(both(q, k, v, TILED, workers, blas, mask=mask))
 
 
-def test_garbage_where_it_must_not_matter():
+@pytest.mark.parametrize("blas", BLASES)
+def test_garbage_where_it_must_not_matter(blas):
     # keys past each sequence's length hold huge finite values (scores of 1e31: any weight
     # from them would be inf), in PARTIAL tiles the step masks them before any exponential; a
     # query with no key at all gets 0 and lse = −inf; one key's head (any row stride) works
@@ -105,21 +115,21 @@ def test_garbage_where_it_must_not_matter():
     for b, n in enumerate(lengths):
         k[b, :, n:] = 1e30
         v[b, :, n:] = -1e30
-    runs = both(q, k, v, mask=qkv.padding(lengths))
+    runs = both(q, k, v, blas=blas, mask=qkv.padding(lengths))
     assert_same_bits(runs)
     out, lse, _ = runs[0]
     assert np.isfinite(out).all() and not out[2].any() and (lse[2] == -np.inf).all()
     np.testing.assert_allclose(out[:2], reference.attention(q[:2], k[:2, :, :50], v[:2],
                                                             mask=qkv.padding(lengths[:2])),
                                rtol=0, atol=1e-5)
-    one = both(q, k[:, :, :1], v[:, :, :1])
+    one = both(q, k[:, :, :1], v[:, :, :1], blas=blas)
     assert_same_bits(one)
     np.testing.assert_allclose(one[0][0], np.broadcast_to(v[:, :, :1], one[0][0].shape),
                                rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("case", ["bias", "softcap", "score_mod", "dropout", "unchecked",
-                                  "float64", "numpy gemm", "numpy step", "switched off"])
+                                  "float64", "numpy step", "switched off"])
 def test_problems_it_does_not_take_run_the_python_loop(case):
     rng = np.random.default_rng(5)
     dtype = np.float64 if case == "float64" else np.float32
@@ -129,7 +139,7 @@ def test_problems_it_does_not_take_run_the_python_loop(case):
               "score_mod": dict(score_mod=lambda s, b, h, i, j: s - 0.01 * abs(i - j)),
               "dropout": dict(dropout=0.1, dropout_seed=1),
               "unchecked": dict(check_finite=False)}.get(case, {})
-    config = {"numpy gemm": dict(gemm="numpy"), "numpy step": dict(backend="numpy"),
+    config = {"numpy step": dict(backend="numpy"),
               "switched off": dict(fused=False)}.get(case, {})
     stats = TileStats()
     with kernel_config(small=0, stats=stats, **config):

@@ -44,7 +44,8 @@ def run(args: argparse.Namespace) -> int:
     from qkv.engine.step import aot_build
 
     start = time.perf_counter()
-    sgemm = gemm.address(np.float32)  # the fused loop runs (and is checked) only with MKL's
+    # the fused loop is checked with the BLAS it will call (the GEMM choice "auto" resolves to)
+    sgemm = gemm.address(np.float32, gemm.resolve("auto"))
     try:
         path, built = aot_build.build(force=args.force, sgemm=sgemm)
     except Exception as exc:  # a compiler missing, a failed check: the JIT still runs
@@ -54,6 +55,7 @@ def run(args: argparse.Namespace) -> int:
     seconds = time.perf_counter() - start
     print(f"qkv warm: {'built' if built else 'already current:'} {path}"
           + (f" in {seconds:.1f} s (checked bitwise against the JIT"
-             + ("" if sgemm else "; the fused tile loop, which needs MKL, unchecked") + ")"
+             + ("" if sgemm else "; the fused tile loop, which needs an ILP64 BLAS, unchecked")
+             + ")"
              if built else ""))
     return 0

@@ -1,20 +1,28 @@
-"""The tile GEMMs: ``out = a @ b`` or ``out += a @ b``, on MKL when it pays, else NumPy's.
+"""The tile GEMMs: ``out = a @ b`` or ``out += a @ b``, called on a BLAS's ``cblas_?gemm``.
 
-The kernel's time is its two GEMMs per tile (``K Qᵀ`` and ``P V``); the rest is the step. NumPy's
-wheels bring OpenBLAS, whose single-thread kernels on the kernel's tile shapes (512 × 64 · 64 ×
-1024 and back) ran at 0.75–0.8 of Intel MKL's on an Intel Xeon with AVX-512 (measured:
-``python benchmarks/tile_gemm.py``). So with the ``qkv[mkl]`` extra (Intel's ``mkl`` wheel)
-installed on an Intel CPU, the tile GEMMs call MKL's ``cblas_?gemm`` through ctypes (which
-releases the GIL for the call), *sequential*: qkv's own pool supplies the threads, as it does
-for OpenBLAS held to one thread. MKL also accumulates in place (``beta = 1``), where NumPy needs
-a temporary and an add. On other CPUs (AMD's, where MKL picks slower paths) or without the
-extra, NumPy's matmul runs.
+The kernel's time is its two GEMMs per tile (``K Qᵀ`` and ``P V``); the rest is the step. Two
+BLASes can run them, each through its ILP64 ``cblas_?gemm`` (64-bit sizes), called through
+ctypes (which releases the GIL for the call) or from the compiled tile loop (:mod:`.step.fused`,
+which takes the same function's address), so the two loops give the same bits:
+
+- "numpy": the BLAS NumPy was built with (its wheels' OpenBLAS, ``scipy_cblas_?gemm64_``),
+  held to one thread while qkv's pool runs (:mod:`.threads`);
+- "mkl": Intel's MKL, with the ``qkv[mkl]`` extra (``cblas_?gemm_64``), loaded *sequential*:
+  qkv's own pool supplies the threads.
+
+Calling the BLAS directly accumulates in place (``beta = 1``), where ``np.matmul`` needs a
+temporary and an add. "auto" picks MKL on an Intel CPU when the extra is installed (OpenBLAS's
+single-thread kernels on the tile shapes ran at 0.75–0.8 of MKL's on an Intel Xeon with
+AVX-512), else NumPy's: on an AMD EPYC (Zen 4) OpenBLAS's ran at 92–98 GFLOP/s a core in the
+loop against MKL's 87–95 (``QKV_GEMM=numpy python benchmarks/tile_breakdown.py``, then
+``QKV_GEMM=mkl``).
 
 ``KernelConfig(gemm=...)``/``QKV_GEMM``: "auto" (the rule above), "mkl" (MKL or a clear error),
 "numpy". :func:`describe` says which runs and why.
 
 Only plain 2-D float32/float64 operands with one unit stride (a tile, or a transposed tile)
-take MKL; anything else (a broadcast, a strided view, float16, an empty tile) is NumPy's.
+take the direct call; anything else (a broadcast, a strided view, float16, an empty tile), or a
+NumPy whose BLAS exports no ILP64 ``cblas_?gemm``, runs ``np.matmul``.
 """
 
 from __future__ import annotations
@@ -31,7 +39,7 @@ _ROW_MAJOR, _NO_TRANS, _TRANS = 101, 111, 112
 _SEQUENTIAL = 1  # MKL_THREADING_SEQUENTIAL
 
 _lock = threading.Lock()
-_mkl: tuple | None = None  # (sgemm, dgemm) once loaded
+_mkl: tuple | None = None  # (sgemm, dgemm) ctypes functions once loaded
 _why_not: str | None = None  # why MKL is not used (None: not looked yet, or loaded)
 _looked = False
 
@@ -90,24 +98,58 @@ def _load() -> None:
             _why_not = (f"MKL's threading layer was already set to {layer} by another library; "
                         "qkv needs the sequential one (its own pool supplies the threads)")
             return
-        p, i = ctypes.c_void_p, ctypes.c_int
-        fns = []
-        for name, real in (("cblas_sgemm", ctypes.c_float), ("cblas_dgemm", ctypes.c_double)):
-            fn = getattr(lib, name)
-            fn.argtypes = [i, i, i, i, i, i, real, p, i, p, i, real, p, i]
-            fn.restype = None
-            fns.append(fn)
-        _mkl = tuple(fns)
+        fns = _ilp64(lib, "cblas_sgemm_64", "cblas_dgemm_64")
+        if fns is None:
+            _why_not = f"MKL at {path} has no ILP64 cblas_sgemm_64 (MKL ≥ 2024 has)"
+            return
+        _mkl = fns
 
 
-def address(dtype) -> int | None:
-    """The address of MKL's ``cblas_sgemm`` (float32) or ``cblas_dgemm`` (float64) — the
-    C function a compiled loop calls (:mod:`.step.fused`), with MKL's 32-bit integers — or None
-    when MKL is not loaded."""
-    _load()
-    if _mkl is None or np.dtype(dtype) not in (np.float32, np.float64):
+def _ilp64(lib, sgemm: str, dgemm: str) -> tuple | None:
+    """ctypes functions ``(sgemm, dgemm)`` of a BLAS's ILP64 CBLAS interface (the enums C ints,
+    sizes and strides 64-bit), or None if ``lib`` lacks them."""
+    p, e, i = ctypes.c_void_p, ctypes.c_int, ctypes.c_int64
+    fns = []
+    for name, real in ((sgemm, ctypes.c_float), (dgemm, ctypes.c_double)):
+        fn = getattr(lib, name, None)
+        if fn is None:
+            return None
+        fn.argtypes = [e, e, e, i, i, i, real, p, i, p, i, real, p, i]
+        fn.restype = None
+        fns.append(fn)
+    return tuple(fns)
+
+
+@functools.lru_cache(maxsize=1)
+def _numpy_blas() -> tuple | None:
+    """NumPy's BLAS's ILP64 ``(sgemm, dgemm)``, or None (a NumPy built against another BLAS)."""
+    # dlsym on NumPy's extension module searches the libraries it was linked with: its BLAS
+    try:
+        lib = ctypes.CDLL(np._core._multiarray_umath.__file__)
+    except (OSError, AttributeError):
         return None
-    return ctypes.cast(_mkl[0 if np.dtype(dtype) == np.float32 else 1], ctypes.c_void_p).value
+    for prefix, suffix in (("scipy_", "64_"), ("", "64_")):
+        fns = _ilp64(lib, f"{prefix}cblas_sgemm{suffix}", f"{prefix}cblas_dgemm{suffix}")
+        if fns is not None:
+            return fns
+    return None
+
+
+def _functions(use: str) -> tuple | None:
+    if use == "mkl":
+        _load()
+        return _mkl
+    return _numpy_blas() if use == "numpy" else None
+
+
+def address(dtype, use: str = "mkl") -> int | None:
+    """The address of the ILP64 ``cblas_sgemm`` (float32) or ``cblas_dgemm`` (float64) that
+    :func:`matmul` calls for ``use`` ("mkl" or "numpy"): the C function a compiled loop calls
+    (:mod:`.step.fused`). None when that BLAS is not loaded or exports none."""
+    fns = _functions(use)
+    if fns is None or np.dtype(dtype) not in (np.float32, np.float64):
+        return None
+    return ctypes.cast(fns[0 if np.dtype(dtype) == np.float32 else 1], ctypes.c_void_p).value
 
 
 def mkl_available() -> bool:
@@ -146,12 +188,13 @@ def describe(choice: str = "auto") -> str:
 
 
 def _operand(x: np.ndarray) -> tuple[int, int] | None:
-    """(transpose flag, leading dimension) of a 2-D operand MKL can read in place, else None."""
+    """(transpose flag, leading dimension) of a 2-D operand a BLAS can read in place, else
+    None."""
     rows, cols = x.shape
     size = x.itemsize
     s0, s1 = x.strides
     # a length-1 axis is never stepped along, and NumPy may give it any stride (0 for a row
-    # sliced off a broadcast): read it as packed, so that one row takes MKL as any tile does
+    # sliced off a broadcast): read it as packed, so that one row takes the BLAS as any tile does
     s0 = cols * size if rows == 1 else s0
     s1 = size if cols == 1 else s1
     if s1 == size and s0 >= max(1, cols) * size and s0 % size == 0:
@@ -165,8 +208,9 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None, *,
            accumulate: bool = False, use: str = "numpy") -> np.ndarray:
     """``a @ b`` for a ``(M, K)`` and b ``(K, N)``: into ``out (M, N)`` if given (added to it
     with ``accumulate``), else a new array. ``use`` is :func:`resolve`'s answer."""
-    if use == "mkl":
-        done = _mkl_matmul(a, b, out, accumulate)
+    fns = _functions(use)
+    if fns is not None:
+        done = _blas_matmul(fns, a, b, out, accumulate)
         if done is not None:
             return done
     if not accumulate:
@@ -175,7 +219,7 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None, *,
     return out
 
 
-def _mkl_matmul(a, b, out, accumulate) -> np.ndarray | None:
+def _blas_matmul(fns, a, b, out, accumulate) -> np.ndarray | None:
     dtype = a.dtype
     if (dtype not in (np.float32, np.float64) or b.dtype != dtype or a.ndim != 2 or b.ndim != 2
             or a.shape[1] != b.shape[0] or 0 in a.shape or 0 in b.shape
@@ -191,9 +235,7 @@ def _mkl_matmul(a, b, out, accumulate) -> np.ndarray | None:
     op_a, op_b = _operand(a), _operand(b)
     if op_a is None or op_b is None:
         return None
-    if _mkl is None:
-        _load()
-    fn = _mkl[0] if dtype == np.float32 else _mkl[1]
+    fn = fns[0] if dtype == np.float32 else fns[1]
     fn(_ROW_MAJOR, op_a[0], op_b[0], m, n, a.shape[1], 1.0, a.ctypes.data, op_a[1],
        b.ctypes.data, op_b[1], 1.0 if accumulate else 0.0, out.ctypes.data,
        out.strides[0] // out.itemsize)

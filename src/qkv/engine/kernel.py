@@ -43,6 +43,8 @@ __all__ = ["backward", "forward", "forward_pages", "has_work", "weights"]
 # Below this much work (multiply-adds) a call is too small for holding the BLAS to one thread to
 # pay for itself (~30 µs, see threads.run); its GEMMs are too small for BLAS threads anyway.
 BLAS_HOLD_MIN = 1 << 20
+# Extra columns of a query block's accumulator rows: one cache line of float32 (see forward)
+ACC_PAD = 16
 
 
 def _plan(p: Problem, cfg: KernelConfig, tile_k: int, merge_k: int,
@@ -345,13 +347,17 @@ def _forward_tiled_work(p, cfg, step, out, lse, scratch):
         tq = q1 - q0
         m = np.full(tq, -np.inf, dtype=c)  # running max
         row_sum = np.zeros(tq, dtype=c)  # running sum ℓ of exp(s − m)
-        acc_t = None if out is None else np.zeros((p.dv, tq), dtype=c)  # accᵀ (Dv, tq)
+        # accᵀ (Dv, tq) in rows padded by one cache line: rows a power-of-two apart (tq = 512:
+        # 2 KiB) put a column's elements in the same few cache sets, and the transposed read
+        # of the store below thrashed them (68 µs for 64 × 512, 12 µs padded)
+        acc_rows = None if out is None else np.zeros((p.dv, tq + ACC_PAD), dtype=c)
+        acc_t = None if acc_rows is None else acc_rows[:, :tq]  # (Dv, tq)
         if fused is not None:  # the loop of the else branch, compiled whole (step/fused.py)
             run, heads, sgemm = fused
             tiles, partial_blocks = planner.table(b, h, q0, q1)
             k_head, v_head = heads(b, hk)
             size = int(((tiles[:, 1] - tiles[:, 0]) * (tiles[:, 3] - tiles[:, 2])).max(initial=1))
-            run(q_scaled, k_head, v_head, tiles, partial_blocks, m, row_sum, acc_t,
+            run(q_scaled, k_head, v_head, tiles, partial_blocks, m, row_sum, acc_rows,
                 scratch.tile(worker_id, 1, size, c)[0], True, sgemm)
         else:
             k_rows = keys(b, hk)
@@ -371,9 +377,8 @@ def _forward_tiled_work(p, cfg, step, out, lse, scratch):
                     v_tile = v_rows(k0, k1)
                     _dot_t(v_tile, s, _bad_rows(p, v_tile), acc_t[:, r0:r1], use)
         acc = None if acc_t is None else acc_t.T  # (tq, Dv)
-        lse_flat[b, h, q0:q1] = _finish(m, row_sum, acc)
-        if acc is not None:
-            _store(p, out_flat[b, h, q0:q1], acc)
+        lse_flat[b, h, q0:q1] = _finish_into(p, m, row_sum, acc,
+                                             None if acc is None else out_flat[b, h, q0:q1])
 
     if _decode_group(p):
         return [(b, hk) for b in range(p.batch_size) for hk in range(p.hkv)], _decode_worker(
@@ -385,17 +390,18 @@ def _fused_loop(p: Problem, step, use: str, with_values: bool):
     """``(run, heads, sgemm)`` for the compiled loop over a query block's tiles
     (:mod:`.step.fused`: the Python loop of :func:`_forward_tiled_work`, GEMMs and steps in one
     call without the GIL), when this problem's tiles are only GEMMs and steps: the compiled
-    step, MKL's GEMMs, float32 arithmetic, scores as the GEMM makes them (no bias, softcap or
+    step, a BLAS whose ILP64 ``cblas_sgemm`` :func:`.gemm.address` finds (MKL's or NumPy's
+    OpenBLAS), float32 arithmetic, scores as the GEMM makes them (no bias, softcap or
     score_mod), no dropout, k and v checked finite (no row to keep out of a GEMM), whole heads
     with rows of unit stride (no paged cache). Else None, and the Python loop runs.
     ``heads(b, hk)`` gives a kv head's ``(k, v)`` rows (v may be k when only lse is wanted)."""
     run = steps.fused_loop(step)
-    if (run is None or use != "mkl" or p.compute != np.float32 or p.bias is not None
+    if (run is None or p.compute != np.float32 or p.bias is not None
             or p.softcap is not None or p.score_mod is not None or p.dropout
             or not p.checked_finite or p.pages is not None or _decode_group(p)
             or 0 in (p.dk, p.dv)):
         return None
-    sgemm = gemm.address(np.float32)
+    sgemm = gemm.address(np.float32, use)
     k_all = _in_compute(p, p.k)
     v_all = _in_compute(p, p.v) if with_values else k_all
     if sgemm is None or not all(_gemm_rows(x) for x in (k_all, v_all)):
@@ -417,8 +423,7 @@ def _gemm_rows(x: np.ndarray) -> bool:
     row = x.strides[-2] if x.ndim > 1 else 0
     return ((x.strides[-1] == x.itemsize or x.shape[-1] <= 1) and x.flags.aligned
             and row % x.itemsize == 0
-            and (row >= x.shape[-1] * x.itemsize or x.shape[-2] <= 1)
-            and row < 2**31 * x.itemsize)  # MKL's LP64 interface: 32-bit strides
+            and (row >= x.shape[-1] * x.itemsize or x.shape[-2] <= 1))
 
 
 def _decode_group(p: Problem) -> bool:
@@ -456,9 +461,8 @@ def _decode_worker(p, planner, step, q, keys, values, out_flat, lse_flat, scratc
                 v_tile = v_rows(k0, k1)
                 _dot_t(v_tile, s, _bad_rows(p, v_tile), acc_t, "numpy")  # (Dv, tk) @ (tk, G)
         acc = None if acc_t is None else acc_t.T  # (G, Dv)
-        lse_flat[b, heads, 0] = _finish(m, row_sum, acc)
-        if acc is not None:
-            _store(p, out_flat[b, heads, 0], acc)
+        lse_flat[b, heads, 0] = _finish_into(p, m, row_sum, acc,
+                                             None if acc is None else out_flat[b, heads, 0])
 
     return worker
 
@@ -513,6 +517,22 @@ def _store(p: Problem, dst: np.ndarray, src: np.ndarray) -> None:
     with np.errstate(over="ignore"):
         dst[...] = src
     check_narrowing(src, dst, "the output", output_fix(p))
+
+
+def _finish_into(p: Problem, m: np.ndarray, row_sum: np.ndarray, acc: np.ndarray | None,
+                 dst: np.ndarray | None) -> np.ndarray:
+    """:func:`_finish`, then :func:`_store` of acc into ``dst`` (the output's rows); lse.
+    Where every row saw a key and ``dst`` has acc's dtype, acc / ℓ is written straight into
+    dst: one pass over the block instead of a division and a copy (the same quotients)."""
+    if acc is not None and dst.dtype == acc.dtype and (row_sum != 0).all():
+        np.divide(acc, row_sum[..., None], out=dst)
+        lse = np.log(row_sum)
+        lse += m
+        return lse
+    lse = _finish(m, row_sum, acc)
+    if acc is not None:
+        _store(p, dst, acc)
+    return lse
 
 
 def _finish(m: np.ndarray, row_sum: np.ndarray, acc: np.ndarray | None) -> np.ndarray:

@@ -102,8 +102,9 @@ class KernelConfig:
     - ``gemm``: who computes the tile GEMMs — "mkl" (the ``qkv[mkl]`` extra), "numpy", or
       "auto" (MKL if installed on an Intel CPU; :mod:`.gemm` says why).
     - ``fused``: the tiled forward runs each query block's loop of tiles as one compiled call
-      where it can (:mod:`.step.fused`: the compiled step, MKL's GEMMs, float32, no bias,
-      softcap, score_mod or dropout); False: the loop in Python, call by call (to compare).
+      where it can (:mod:`.step.fused`: the compiled step, the BLAS's GEMMs called inside,
+      float32, no bias, softcap, score_mod or dropout); False: the loop in Python, call by
+      call (to compare).
     - ``stats``: a :class:`TileStats` to fill, or None.
     """
 

@@ -46,9 +46,9 @@ fuses each function into one pass over the tile with Numba, without the GIL (the
 extra). Both give the same results within the dtype's rounding; the tests run both.
 :mod:`.aot` is :mod:`.compiled` built ahead of time (``qkv warm``), bitwise equal to it, so that
 a fresh process's first call imports no Numba; ``QKV_AOT=0`` turns it off. :mod:`.fused` runs
-the forward's whole loop over a query block's tiles — GEMMs (MKL's, called through their
-address) and this step — as one compiled call (:func:`fused_loop` finds the one that goes with
-a step module; the prebuilt module carries it too).
+the forward's whole loop over a query block's tiles — GEMMs (the BLAS's ``cblas_sgemm``,
+called through its address) and this step — as one compiled call (:func:`fused_loop` finds the
+one that goes with a step module; the prebuilt module carries it too).
 """
 
 from __future__ import annotations

@@ -199,7 +199,7 @@ def _check_forward_run(module, sgemm: int) -> str:
     blocks[24 * 32 + 16 * 32:].reshape(20, tq)[:, 3] = False  # query 3: nothing in that tile
     for has_acc, products in itertools.product((True, False), (True, False)):
         state = [np.full(tq, -np.inf, np.float32), np.zeros(tq, np.float32),
-                 np.zeros((d if has_acc else 1, tq), np.float32)]
+                 np.zeros((d, tq + 7) if has_acc else (1, tq), np.float32)]  # rows padded
         ours, theirs = ([x.copy() for x in state] for _ in range(2))
         floor = aot._floor(products)
         for fn, (m, row_sum, acc) in ((module.forward_run, ours), (_forward, theirs)):

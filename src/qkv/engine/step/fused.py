@@ -9,9 +9,10 @@ For each key tile of a query block the forward runs three things (see :mod:`qkv.
 Driven from Python, every tile pays the interpreter, and hands the GIL between the workers
 three times: a worker back from a GEMM waits for the other's Python. :func:`forward_run` runs
 the whole loop in one compiled call without the GIL, calling the BLAS's ``cblas_sgemm``
-through its address (MKL's, from :func:`qkv.engine.gemm.address`). Measured interleaved in one
-process (``python benchmarks/fused_loop.py``, two runs): on one worker 0.89–0.96 of the
-Python loop's time, on two 0.81–0.92, where the GIL was shared.
+through its address (MKL's or NumPy's OpenBLAS's, from :func:`qkv.engine.gemm.address`).
+Measured interleaved in one process (``python benchmarks/fused_loop.py``, two runs, MKL on an
+Intel Xeon): on one worker 0.89–0.96 of the Python loop's time, on two 0.81–0.92, where the
+GIL was shared.
 
 The tiles come planned (:meth:`qkv.engine.tiles.TilePlan.table`): rows ``(r0, r1, k0, k1,
 partial, offset)``, and a PARTIAL tile's allowed block, transposed ``(tk, tr)``, at ``offset`` in
@@ -35,27 +36,28 @@ F32 = np.float32
 @intrinsic
 def _sgemm(typingctx, address, trans_a, trans_b, m, n, k, a, lda, b, ldb, beta, c, ldc):
     """``C ← A B + beta C`` (row-major, A (m, k) and B (k, n) each transposed or not as
-    CBLAS's enums say) by calling ``cblas_sgemm`` at ``address``; pointers and sizes as int64
-    (MKL's LP64 interface takes 32-bit integers: the sizes here are tile sizes)."""
+    CBLAS's enums say) by calling an ILP64 ``cblas_sgemm`` at ``address``: the enums as C ints,
+    sizes and strides as 64-bit ints (:func:`qkv.engine.gemm.address` finds MKL's or NumPy's)."""
     i64 = types.int64
     sig = types.void(i64, i64, i64, i64, i64, i64, i64, i64, i64, i64, types.float32, i64, i64)
 
     def codegen(context, builder, signature, args):
-        i32, f32, ptr = ir.IntType(32), ir.FloatType(), ir.IntType(8).as_pointer()
-        fn_type = ir.FunctionType(ir.VoidType(), [i32, i32, i32, i32, i32, i32, f32, ptr, i32,
-                                                  ptr, i32, f32, ptr, i32])
+        i32, i64, f32 = ir.IntType(32), ir.IntType(64), ir.FloatType()
+        ptr = ir.IntType(8).as_pointer()
+        fn_type = ir.FunctionType(ir.VoidType(), [i32, i32, i32, i64, i64, i64, f32, ptr, i64,
+                                                  ptr, i64, f32, ptr, i64])
         address, ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc = args
         fn = builder.inttoptr(address, fn_type.as_pointer())
 
-        def int32(x):
+        def enum(x):
             return builder.trunc(x, i32)
 
         def pointer(x):
             return builder.inttoptr(x, ptr)
 
-        builder.call(fn, [ir.Constant(i32, ROW_MAJOR), int32(ta), int32(tb), int32(m), int32(n),
-                          int32(k), ir.Constant(f32, 1.0), pointer(a), int32(lda), pointer(b),
-                          int32(ldb), beta, pointer(c), int32(ldc)])
+        builder.call(fn, [ir.Constant(i32, ROW_MAJOR), enum(ta), enum(tb), m, n, k,
+                          ir.Constant(f32, 1.0), pointer(a), lda, pointer(b), ldb, beta,
+                          pointer(c), ldc])
         return context.get_dummy_value()
 
     return sig, codegen
@@ -65,7 +67,7 @@ def _sgemm(typingctx, address, trans_a, trans_b, m, n, k, a, lda, b, ldb, beta, 
 def _forward_run(q, k, v, tiles, blocks, m, row_sum, acc, buf, has_acc, floor, sgemm):
     wide_vectors()  # the step inlined below is element-wise (see compiled.WIDE)
     tq, dk = q.shape
-    dv = acc.shape[0]
+    dv, ldc = acc.shape  # accᵀ's rows may be wider than tq (padded: see kernel.forward)
     # rows' strides in elements; a head of one key may have any stride (the BLAS wants ≥ D)
     ldk, ldv = max(k.strides[0] // 4, dk), max(v.strides[0] // 4, v.shape[1])
     m_new = np.empty(tq, dtype=np.float32)
@@ -84,7 +86,7 @@ def _forward_run(q, k, v, tiles, blocks, m, row_sum, acc, buf, has_acc, floor, s
                              has_acc, floor, m_new, m_ref, alpha)
         if has_acc:  # accᵀ (Dv, tr) += V_jᵀ (Dv, tk) · Pᵀ (tk, tr)
             _sgemm(sgemm, TRANS, NO_TRANS, dv, rows, keys, v[k0:k1].ctypes.data, ldv,
-                   s.ctypes.data, rows, F32(1.0), acc[:, r0:r1].ctypes.data, tq)
+                   s.ctypes.data, rows, F32(1.0), acc[:, r0:r1].ctypes.data, ldc)
 
 
 def forward_run(q, k, v, tiles, blocks, m, row_sum, acc, buf, products: bool, sgemm: int) -> None:
@@ -92,7 +94,8 @@ def forward_run(q, k, v, tiles, blocks, m, row_sum, acc, buf, products: bool, sg
 
     ``q (tq, Dk)`` the block's queries, scaled; ``k (Nk, Dk)``, ``v (Nk, Dv)`` the head's keys
     and values; ``tiles (T, 6)`` int64 and ``blocks`` (bool, at least one element) the plan;
-    ``m``, ``row_sum (tq,)`` and ``acc (Dv, tq)`` (or None: lse only) the running state as the
+    ``m``, ``row_sum (tq,)`` and ``acc (Dv, ≥ tq)`` (or None: lse only; its columns past tq
+    are never touched) the running state as the
     step keeps it; ``buf`` float32 scratch of at least the largest tile's size; ``products``
     as the step's; ``sgemm`` the address of ``cblas_sgemm``. q, acc, m, row_sum, buf, tiles
     and blocks C-contiguous; k and v float32 rows of unit stride, read-only views (the
