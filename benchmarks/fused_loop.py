@@ -52,10 +52,12 @@ def main(argv=None) -> int:
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     args = parser.parse_args(argv)
     if gemm.address(np.float32, current().resolved_gemm()) is None:
-        print(f"the fused loop needs an ILP64 cblas_sgemm: {gemm.describe()}; nothing to compare")
+        print(f"the fused loop needs an ILP64 cblas_sgemm: {gemm.describe(current().gemm)}; "
+              "nothing to compare")
         return 1
     rng = np.random.default_rng(0)
-    print(f"float32, D=64; GEMMs: {gemm.describe()}; best of {args.rounds} interleaved rounds")
+    print(f"float32, D=64; GEMMs: {gemm.describe(current().gemm)}; "
+          f"best of {args.rounds} interleaved rounds")
     print(f"{'case':20s} {'workers':>7s} {'torch ms':>9s} {'python ms':>10s} {'fused ms':>9s} "
           f"{'fused/python':>12s} {'python/torch':>12s} {'fused/torch':>11s}")
     for workers in args.workers:

@@ -21,6 +21,7 @@ import threadpoolctl
 
 import qkv
 from qkv.engine import KernelConfig, gemm, step
+from qkv.engine.kernel import ACC_PAD
 
 
 def best(fn, rounds: int) -> float:
@@ -99,6 +100,15 @@ def main(argv=None) -> int:
         pv_out = np.zeros((d, tq), np.float32)
         alone_pv = best(lambda: gemm.matmul(v[:tk].T, p_tile, pv_out, accumulate=True, use=use),
                         20)
+
+        def store(pad: int) -> float:
+            """A query block's store, out = (accᵀ)ᵀ / ℓ, from accᵀ rows of tq + pad floats."""
+            acc_rows = rng.standard_normal((d, tq + pad), dtype=np.float32)  # accᵀ (D, tq + pad)
+            row_sum = np.full(tq, 2, np.float32)
+            dst = np.empty((tq, d), np.float32)
+            return best(lambda: np.divide(acc_rows[:, :tq].T, row_sum[:, None], out=dst), 200)
+
+        store_padded, store_plain = store(ACC_PAD), store(0)
         with qkv.engine.kernel_config(workers=1, gemm=args.gemm):
             q4, k4, v4 = (x[None, None] for x in (q, k, v))
             whole = best(lambda: qkv.attention(q4, k4, v4), args.rounds)
@@ -112,6 +122,8 @@ def main(argv=None) -> int:
     print(f"  P·V GEMM    {pv_gemm * 1e3:6.2f} ms  {flops / pv_gemm / 1e9:5.1f} GFLOP/s in the "
           f"loop, {tile_flops / alone_pv / 1e9:5.1f} alone")
     print(f"  the loop    {total * 1e3:6.2f} ms  {2 * flops / total / 1e9:5.1f} GFLOP/s")
+    print(f"  a block's store into the output: {store_padded * 1e6:5.1f} µs with accᵀ's rows "
+          f"padded by {ACC_PAD} floats (as the kernel keeps them), {store_plain * 1e6:5.1f} µs not")
     print(f"  qkv.attention, one worker: {whole * 1e3:6.2f} ms")
     try:
         import torch
