@@ -125,7 +125,8 @@ def _numpy_blas() -> tuple | None:
     """NumPy's BLAS's ILP64 ``(sgemm, dgemm)``, or None (a NumPy built against another BLAS)."""
     # dlsym on NumPy's extension module searches the libraries it was linked with: its BLAS
     try:
-        lib = ctypes.CDLL(np._core._multiarray_umath.__file__)
+        core = getattr(np, "_core", None) or np.core  # NumPy 2 / NumPy 1.x
+        lib = ctypes.CDLL(core._multiarray_umath.__file__)
     except (OSError, AttributeError):
         return None
     for prefix, suffix in (("scipy_", "64_"), ("", "64_")):
