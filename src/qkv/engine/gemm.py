@@ -143,7 +143,7 @@ def _functions(use: str) -> tuple | None:
     return _numpy_blas() if use == "numpy" else None
 
 
-def address(dtype, use: str = "mkl") -> int | None:
+def address(dtype, use: str) -> int | None:
     """The address of the ILP64 ``cblas_sgemm`` (float32) or ``cblas_dgemm`` (float64) that
     :func:`matmul` calls for ``use`` ("mkl" or "numpy"): the C function a compiled loop calls
     (:mod:`.step.fused`). None when that BLAS is not loaded or exports none."""

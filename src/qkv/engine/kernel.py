@@ -521,36 +521,35 @@ def _store(p: Problem, dst: np.ndarray, src: np.ndarray) -> None:
 
 def _finish_into(p: Problem, m: np.ndarray, row_sum: np.ndarray, acc: np.ndarray | None,
                  dst: np.ndarray | None) -> np.ndarray:
-    """:func:`_finish`, then :func:`_store` of acc into ``dst`` (the output's rows); lse.
-    Where every row saw a key and ``dst`` has acc's dtype, acc / ℓ is written straight into
-    dst: one pass over the block instead of a division and a copy (the same quotients)."""
-    if acc is not None and dst.dtype == acc.dtype and (row_sum != 0).all():
-        np.divide(acc, row_sum[..., None], out=dst)
-        lse = np.log(row_sum)
-        lse += m
-        return lse
+    """:func:`_finish` with acc / ℓ stored into ``dst`` (the output's rows); lse. Where dst
+    has acc's dtype the quotients are written straight into it: one pass over the block
+    instead of a division and a copy; else :func:`_store` rounds them to dst's dtype."""
+    if acc is None or dst.dtype == acc.dtype:
+        return _finish(m, row_sum, acc, out=dst)
     lse = _finish(m, row_sum, acc)
-    if acc is not None:
-        _store(p, dst, acc)
+    _store(p, dst, acc)
     return lse
 
 
-def _finish(m: np.ndarray, row_sum: np.ndarray, acc: np.ndarray | None) -> np.ndarray:
-    """out = acc / ℓ in place and lse = m + log ℓ; rows with ℓ = 0 had no key: 0 and −inf.
-    ``m`` and ``row_sum`` have one entry per query, ``acc`` one row per query."""
+def _finish(m: np.ndarray, row_sum: np.ndarray, acc: np.ndarray | None,
+            out: np.ndarray | None = None) -> np.ndarray:
+    """acc / ℓ into ``out`` (default: acc, in place) and lse = m + log ℓ; rows with ℓ = 0 had
+    no key: 0 and −inf. ``m`` and ``row_sum`` have one entry per query, ``acc`` and ``out``
+    one row per query."""
+    out = acc if out is None else out
     has_keys = row_sum != 0  # NaN (the caller's NaN score, check_finite=False) stays NaN
     if has_keys.all():  # every row saw a key (no mask, say): no where= passes, no fix-up
         lse = np.log(row_sum)
         lse += m
         if acc is not None:
-            acc /= row_sum[..., None]
+            np.divide(acc, row_sum[..., None], out=out)
         return lse
     lse = np.full_like(m, -np.inf)
     np.add(m, np.log(row_sum, where=has_keys, out=np.zeros_like(row_sum)), out=lse,
            where=has_keys)
     if acc is not None:
-        np.divide(acc, row_sum[..., None], out=acc, where=has_keys[..., None])
-        acc[~has_keys] = 0
+        np.divide(acc, row_sum[..., None], out=out, where=has_keys[..., None])
+        out[~has_keys] = 0
     return lse
 
 
