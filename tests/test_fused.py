@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import qkv
-from helpers import needs_numba, output_atol
+from helpers import grad_atols, needs_numba, output_atol
 from qkv import reference
 from qkv.engine import TileStats, gemm, kernel_config
 from test_attention import draw_mask
@@ -145,3 +145,111 @@ def test_problems_it_does_not_take_run_the_python_loop(case):
     with kernel_config(small=0, stats=stats, **config):
         qkv.attention(q, k, v, **kwargs)
     assert stats.paths["tiled fused"] == 0
+
+
+# -- the backward's loop (fused.backward_run) ---------------------------------------------------
+def both_backward(q, k, v, tiles=TINY, workers=1, blas="mkl", deterministic=False, **kwargs):
+    """``[((dq, dk, dv), stats)]`` of the compiled backward loop and of the Python loop, the
+    same forward's out and lse, tiles and BLAS. One worker unless ``deterministic``: dQ's
+    per-worker parts are summed in the order the workers took the tiles."""
+    out, lse = qkv.attention(q, k, v, return_lse=True, **kwargs)
+    dout = np.random.default_rng(7).standard_normal(out.shape).astype(out.dtype)
+    runs = []
+    for fused in (True, False):
+        stats = TileStats()
+        with kernel_config(**tiles, fused=fused, gemm=blas, backend="compiled", stats=stats,
+                           workers=workers):
+            grads = qkv.attention_backward(q, k, v, out, lse, dout,
+                                           deterministic=deterministic, **kwargs)
+        runs.append((grads, stats))
+    return runs
+
+
+def assert_same_gradients(runs):
+    (grads, stats), (grads_py, stats_py) = runs
+    assert stats.paths["tiled fused backward"] > 0 and stats_py.paths["tiled fused backward"] == 0
+    for name, ours, theirs in zip(("dq", "dk", "dv"), grads, grads_py, strict=True):
+        np.testing.assert_array_equal(ours, theirs, err_msg=name)
+    assert stats.tiles == stats_py.tiles
+
+
+@settings(max_examples=40, deadline=None)
+@given(problem=problems(), one_column=st.booleans(), deterministic=st.booleans())
+@pytest.mark.parametrize("blas", BLASES)
+def test_the_fused_backward_is_bitwise_the_python_loop(blas, problem, one_column, deterministic):
+    # D = 1 too: the compiled loop describes each operand to the BLAS as gemm.matmul does
+    q, k, v, mask = problem
+    if one_column:
+        q, k, v = q[..., :1], k[..., :1], v[..., :1]
+    runs = both_backward(q, k, v, blas=blas, workers=2 if deterministic else 1,
+                         deterministic=deterministic, mask=mask)
+    assert_same_gradients(runs)
+    if q.dtype == np.float16:  # the output the backward reads (Δ = rowsum(dO ∘ O)) is rounded
+        return  # to float16, past grad_atols' float32 analysis: test_backward checks float32
+    dout = _dout_of(q, k, v, mask)
+    expected = reference.attention_backward(q, k, v, dout, mask=mask)
+    for grad, ref, atol in zip(runs[0][0], expected, grad_atols(q, k, v, dout), strict=True):
+        np.testing.assert_allclose(grad, ref, rtol=0, atol=atol)
+
+
+def _dout_of(q, k, v, mask):
+    out = qkv.attention(q, k, v, mask=mask)
+    return np.random.default_rng(7).standard_normal(out.shape).astype(out.dtype)
+
+
+@pytest.mark.parametrize("blas", BLASES)
+def test_the_fused_backward_on_default_tiles_and_both_workers(blas):
+    rng = np.random.default_rng(4)
+    q = rng.standard_normal((1, 4, 1100, 64)).astype(np.float32)
+    k, v = (rng.standard_normal((1, 2, 1300, 64)).astype(np.float32) for _ in range(2))
+    for mask in (None, qkv.causal(), qkv.window(300)):
+        # dK, dV: one work item owns each key tile, the same bits on any worker; dQ: the
+        # deterministic pass, or one worker
+        for workers, deterministic in ((2, True), (1, False)):
+            assert_same_gradients(both_backward(q, k, v, TILED, workers, blas, deterministic,
+                                                mask=mask))
+        (dq, dk, dv), _ = both_backward(q, k, v, TILED, 2, blas, mask=mask)[0]
+        expected = reference.attention_backward(q, k, v, _dout_of(q, k, v, mask), mask=mask)
+        for grad, ref, atol in zip((dq, dk, dv), expected,
+                                   grad_atols(q, k, v, _dout_of(q, k, v, mask)), strict=True):
+            np.testing.assert_allclose(grad, ref, rtol=0, atol=atol)
+
+
+@pytest.mark.parametrize("blas", BLASES)
+def test_the_fused_backward_ignores_garbage_in_masked_slots(blas):
+    # keys past each sequence's length hold huge finite values: dP = dO Vᵀ overflows there,
+    # P is 0, so dS must be exactly 0 and no inf or NaN may reach a gradient
+    rng = np.random.default_rng(6)
+    q = rng.standard_normal((3, 2, 40, 16)).astype(np.float32)
+    k, v = (rng.standard_normal((3, 2, 50, 16)).astype(np.float32) for _ in range(2))
+    lengths = np.array([50, 17, 1])
+    for b, n in enumerate(lengths):
+        k[b, :, n:] = 1e30
+        v[b, :, n:] = -3e38
+    runs = both_backward(q, k, v, blas=blas, mask=qkv.padding(lengths))
+    assert_same_gradients(runs)
+    dq, dk, dv = runs[0][0]
+    for grad in (dq, dk, dv):
+        assert np.isfinite(grad).all()
+    for b, n in enumerate(lengths):
+        assert not dk[b, :, n:].any() and not dv[b, :, n:].any()
+
+
+@pytest.mark.parametrize("case", ["bias", "softcap", "dropout", "unchecked",
+                                  "float64", "numpy step", "switched off"])
+def test_backwards_it_does_not_take_run_the_python_loop(case):
+    rng = np.random.default_rng(8)
+    dtype = np.float64 if case == "float64" else np.float32
+    q, k, v = (rng.standard_normal((1, 2, 300, 16)).astype(dtype) for _ in range(3))
+    kwargs = {"bias": dict(bias=rng.standard_normal((2, 300, 300)).astype(dtype)),
+              "softcap": dict(softcap=5.0),
+              "dropout": dict(dropout=0.1, dropout_seed=1),
+              "unchecked": dict(check_finite=False)}.get(case, {})
+    config = {"numpy step": dict(backend="numpy"),
+              "switched off": dict(fused=False)}.get(case, {})
+    with kernel_config(small=0):
+        out, lse = qkv.attention(q, k, v, return_lse=True, **kwargs)
+    stats = TileStats()
+    with kernel_config(small=0, stats=stats, **config):
+        qkv.attention_backward(q, k, v, out, lse, out, **kwargs)
+    assert sum(stats.paths.values()) > 0 and stats.paths["tiled fused backward"] == 0

@@ -45,22 +45,24 @@ def operands(draw):
 
 @pytest.mark.parametrize("use", USES)
 @settings(max_examples=60, deadline=None)
-@given(ops=operands(), accumulate=st.booleans())
-def test_matches_float64_product(use, ops, accumulate):
+@given(ops=operands(), accumulate=st.booleans(), alpha=st.sampled_from([1.0, 0.125, -0.3]))
+def test_matches_float64_product(use, ops, accumulate, alpha):
     a, b = ops
     start = np.random.default_rng(1).standard_normal((a.shape[0], b.shape[1])).astype(a.dtype)
     out = start.copy()
-    result = gemm.matmul(a, b, out, accumulate=accumulate, use=use)
+    result = gemm.matmul(a, b, out, accumulate=accumulate, alpha=alpha, use=use)
     assert result is out
     # the oracle in x87's 64-bit significand: a float64 oracle rounds as often as the float64
     # GEMM it checks, and they could land an ulp apart (hypothesis found one: out ≈ start)
     wide = np.longdouble
-    exact = a.astype(wide) @ b.astype(wide) + (start.astype(wide) if accumulate else 0)
-    # out + a b is a sum of K + 1 terms, and a BLAS may add them in any order: a blocked GEMM
-    # adds each block of K's partial products into out, rounding at |start|'s scale each time
-    # (MKL on an AMD EPYC: 2 ulps of out where a·b ≪ start, found by hypothesis). The bound of
-    # any order: (K + 1)·eps·(|start| + Σ|a||b|)
-    atol = (product_atol(a, b, a.dtype, extra=int(accumulate))
+    alpha_wide = wide(a.dtype.type(alpha))  # the BLAS is handed alpha in the operands' dtype
+    exact = (alpha_wide * (a.astype(wide) @ b.astype(wide))
+             + (start.astype(wide) if accumulate else 0))
+    # out + alpha a b is a sum of K + 1 terms, and a BLAS may add them in any order: a blocked
+    # GEMM adds each block of K's partial products into out, rounding at |start|'s scale each
+    # time (MKL on an AMD EPYC: 2 ulps of out where a·b ≪ start, found by hypothesis). The
+    # bound of any order: (K + 1)·eps·(|start| + |alpha| Σ|a||b|), one rounding more for alpha
+    atol = (abs(float(alpha_wide)) * product_atol(a, b, a.dtype, extra=int(accumulate) + 1)
             + (np.abs(start) * (a.shape[1] + 1) * EPS[a.dtype] if accumulate else 0))
     assert (np.abs(out - exact) <= atol + np.finfo(a.dtype).tiny).all()
 
@@ -85,6 +87,11 @@ def test_falls_back_where_mkl_cannot_read(use):
     strided = rng.standard_normal((10, 8)).astype(np.float32)[::2, ::2]  # no unit stride
     b = rng.standard_normal((4, 3)).astype(np.float32)
     np.testing.assert_allclose(gemm.matmul(strided, b, use=use), strided @ b, rtol=1e-5)
+    into = np.ones((5, 3), np.float32)  # alpha and accumulate on the fallback too
+    gemm.matmul(strided, b, into, accumulate=True, alpha=0.5, use=use)
+    np.testing.assert_allclose(into, 1 + 0.5 * (strided @ b), rtol=1e-5)
+    np.testing.assert_allclose(gemm.matmul(strided, b, alpha=-2.0, use=use), -2 * (strided @ b),
+                               rtol=1e-5)
     empty = gemm.matmul(np.zeros((0, 3), np.float32), b[:3], use=use)
     assert empty.shape == (0, 3)
     mixed = gemm.matmul(b.astype(np.float64), b.T, use=use)  # float64 @ float32: NumPy's rules

@@ -206,21 +206,28 @@ def _operand(x: np.ndarray) -> tuple[int, int] | None:
 
 
 def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None, *,
-           accumulate: bool = False, use: str = "numpy") -> np.ndarray:
-    """``a @ b`` for a ``(M, K)`` and b ``(K, N)``: into ``out (M, N)`` if given (added to it
-    with ``accumulate``), else a new array. ``use`` is :func:`resolve`'s answer."""
+           accumulate: bool = False, alpha: float = 1.0, use: str = "numpy") -> np.ndarray:
+    """``alpha · a @ b`` for a ``(M, K)`` and b ``(K, N)``: into ``out (M, N)`` if given (added
+    to it with ``accumulate``), else a new array. ``use`` is :func:`resolve`'s answer."""
     fns = _functions(use)
     if fns is not None:
-        done = _blas_matmul(fns, a, b, out, accumulate)
+        done = _blas_matmul(fns, a, b, out, accumulate, alpha)
         if done is not None:
             return done
-    if not accumulate:
+    if not accumulate and alpha == 1:
         return np.matmul(a, b, out=out)
-    out += a @ b
+    product = np.matmul(a, b)
+    product *= product.dtype.type(alpha)
+    if out is None:
+        return product
+    if accumulate:
+        out += product
+    else:
+        out[...] = product
     return out
 
 
-def _blas_matmul(fns, a, b, out, accumulate) -> np.ndarray | None:
+def _blas_matmul(fns, a, b, out, accumulate, alpha=1.0) -> np.ndarray | None:
     dtype = a.dtype
     if (dtype not in (np.float32, np.float64) or b.dtype != dtype or a.ndim != 2 or b.ndim != 2
             or a.shape[1] != b.shape[0] or 0 in a.shape or 0 in b.shape
@@ -237,7 +244,7 @@ def _blas_matmul(fns, a, b, out, accumulate) -> np.ndarray | None:
     if op_a is None or op_b is None:
         return None
     fn = fns[0] if dtype == np.float32 else fns[1]
-    fn(_ROW_MAJOR, op_a[0], op_b[0], m, n, a.shape[1], 1.0, a.ctypes.data, op_a[1],
+    fn(_ROW_MAJOR, op_a[0], op_b[0], m, n, a.shape[1], alpha, a.ctypes.data, op_a[1],
        b.ctypes.data, op_b[1], 1.0 if accumulate else 0.0, out.ctypes.data,
        out.strides[0] // out.itemsize)
     return out

@@ -159,21 +159,20 @@ def _bad_rows(p: Problem, x: np.ndarray) -> np.ndarray | None:
 
 
 def _dot(weights: np.ndarray, x: np.ndarray, bad: np.ndarray | None,
-         into: np.ndarray | None = None, use: str = "numpy") -> np.ndarray:
-    """``weights @ x`` (R, T) @ (T, D) — added to ``into`` (R, D) if given — where rows of x
-    flagged ``bad`` (non-finite) reach only the output rows that give them a non-zero weight:
-    as the formula says, not as 0 · NaN. The GEMM by ``use`` (see :mod:`.gemm`)."""
-    if bad is None or not bad.any():
-        if into is None:
-            return gemm.matmul(weights, x, use=use)
-        return gemm.matmul(weights, x, into, accumulate=True, use=use)
-    result = weights @ np.where(bad[:, None], 0, x)
-    uses_bad = (weights[:, bad] != 0).any(axis=1)
-    if uses_bad.any():
-        result[uses_bad] += weights[np.ix_(uses_bad, bad)] @ x[bad]
+         into: np.ndarray | None = None, use: str = "numpy", alpha: float = 1.0) -> np.ndarray:
+    """``alpha · weights @ x`` (R, T) @ (T, D) — added to ``into`` (R, D) if given — where rows
+    of x flagged ``bad`` (non-finite) reach only the output rows that give them a non-zero
+    weight: as the formula says, not as 0 · NaN. The GEMM by ``use`` (see :mod:`.gemm`)."""
+    clean = x if bad is None or not bad.any() else np.where(bad[:, None], 0, x)
+    # the same GEMM call whether or not x had bad rows: the other rows get the same bits
     if into is None:
-        return result
-    into += result
+        into = gemm.matmul(weights, clean, alpha=alpha, use=use)
+    else:
+        gemm.matmul(weights, clean, into, accumulate=True, alpha=alpha, use=use)
+    if clean is not x:
+        uses_bad = (weights[:, bad] != 0).any(axis=1)
+        if uses_bad.any():  # those rows are non-finite: their rounding does not matter
+            into[uses_bad] += (weights[np.ix_(uses_bad, bad)] @ x[bad]) * into.dtype.type(alpha)
     return into
 
 
@@ -354,7 +353,7 @@ def _forward_tiled_work(p, cfg, step, out, lse, scratch):
         acc_t = None if acc_rows is None else acc_rows[:, :tq]  # (Dv, tq)
         if fused is not None:  # the loop of the else branch, compiled whole (step/fused.py)
             run, heads, sgemm = fused
-            tiles, partial_blocks = planner.table(b, h, q0, q1)
+            tiles, partial_blocks = planner.table(b, h, [(q0, q1)])
             k_head, v_head = heads(b, hk)
             size = int(((tiles[:, 1] - tiles[:, 0]) * (tiles[:, 3] - tiles[:, 2])).max(initial=1))
             run(q_scaled, k_head, v_head, tiles, partial_blocks, m, row_sum, acc_rows,
@@ -386,16 +385,17 @@ def _forward_tiled_work(p, cfg, step, out, lse, scratch):
     return items, worker
 
 
-def _fused_loop(p: Problem, step, use: str, with_values: bool):
+def _fused_loop(p: Problem, step, use: str, with_values: bool, direction: str = "forward"):
     """``(run, heads, sgemm)`` for the compiled loop over a query block's tiles
-    (:mod:`.step.fused`: the Python loop of :func:`_forward_tiled_work`, GEMMs and steps in one
+    (:mod:`.step.fused`: the Python loop of :func:`_forward_tiled_work` — or with
+    ``direction="backward"`` of :func:`_backward_tiled`'s work item — GEMMs and steps in one
     call without the GIL), when this problem's tiles are only GEMMs and steps: the compiled
     step, a BLAS whose ILP64 ``cblas_sgemm`` :func:`.gemm.address` finds (MKL's or NumPy's
     OpenBLAS), float32 arithmetic, scores as the GEMM makes them (no bias, softcap or
     score_mod), no dropout, k and v checked finite (no row to keep out of a GEMM), whole heads
     with rows of unit stride (no paged cache). Else None, and the Python loop runs.
     ``heads(b, hk)`` gives a kv head's ``(k, v)`` rows (v may be k when only lse is wanted)."""
-    run = steps.fused_loop(step)
+    run = steps.fused_loop(step, direction)
     if (run is None or p.compute != np.float32 or p.bias is not None
             or p.softcap is not None or p.score_mod is not None or p.dropout
             or not p.checked_finite or p.pages is not None or _decode_group(p)
@@ -1001,6 +1001,12 @@ def _backward_tiled(p, cfg, step, delta, lse_f, dout_f, deterministic=False, dbi
     planner = _plan(p, cfg, cfg.tile_k, cfg.tile_k, align=cfg.tile_k)
     items = [(b, hk, k0, k1) for b in range(p.batch_size) for hk in range(p.hkv)
              for k0, k1 in blocks(p.nk, cfg.tile_k)]
+    # the loop below compiled whole (step/fused.py), where the problem's tiles are only GEMMs
+    # and steps and no dS is kept (dbias): one call per query head of a work item
+    fused = (_fused_loop(p, step, use, True, "backward") if cfg.fused and dbias is None
+             else None)
+    if fused is not None and cfg.stats is not None:
+        cfg.stats.add_path("tiled fused backward")
 
     scratch = Scratch()
 
@@ -1008,13 +1014,30 @@ def _backward_tiled(p, cfg, step, delta, lse_f, dout_f, deterministic=False, dbi
         # A stale, huge value in a masked slot may overflow dP = dO Vᵀ there; the step zeroes
         # dS wherever P is 0, so that inf never reaches a gradient: no warning for it.
         with np.errstate(over="ignore", invalid="ignore"):
-            _backward_item(worker_id, item)
+            if worker_id not in dq_parts:
+                dq_parts[worker_id] = np.zeros((p.batch_size, p.hq, p.nq, p.dk), dtype=c)
+                sum_parts[worker_id] = np.zeros((2, p.batch_size, p.hq, p.nq), dtype=c)
+            (_fused_item if fused is not None else _backward_item)(worker_id, item)
+
+    def _fused_item(worker_id: int, item) -> None:
+        run, heads, sgemm = fused
+        b, hk, k0, k1 = item
+        dq, row_sums = dq_parts[worker_id], sum_parts[worker_id]
+        k_head, v_head = heads(b, hk)
+        for h in range(hk * p.group, (hk + 1) * p.group):
+            tiles, partial_blocks = planner.table(b, h, q_blocks, (k0, k1))
+            if not len(tiles):
+                continue
+            q_scaled = q[b, h].astype(c) * scale  # (Nq, Dk), as the loop below scales a block
+            do_head = np.ascontiguousarray(dout_f[b, h], dtype=c)  # (Nq, Dv)
+            buf = scratch.tile(worker_id, 1, steps.backward_scratch(tiles), c)[0]
+            run(q_scaled, k_head, v_head, do_head, np.ascontiguousarray(lse_f[b, h]),
+                np.ascontiguousarray(delta[b, h]), tiles, partial_blocks, dk[b, hk], dv[b, hk],
+                dq[b, h], row_sums[0, b, h], row_sums[1, b, h], buf, scale, not deterministic,
+                sgemm)
 
     def _backward_item(worker_id: int, item) -> None:
         b, hk, k0, k1 = item
-        if worker_id not in dq_parts:
-            dq_parts[worker_id] = np.zeros((p.batch_size, p.hq, p.nq, p.dk), dtype=c)
-            sum_parts[worker_id] = np.zeros((2, p.batch_size, p.hq, p.nq), dtype=c)
         dq, row_sums = dq_parts[worker_id], sum_parts[worker_id]
         dk_acc, dv_acc = dk[b, hk], dv[b, hk]
         k_bh = k[b, hk].astype(c, copy=False)
@@ -1051,10 +1074,9 @@ def _backward_tiled(p, cfg, step, delta, lse_f, dout_f, deterministic=False, dbi
                     # times dS may overflow where the product with scale would not.
                     gemm.matmul(dp, q_scaled[rows], dk_acc[t0:t1], accumulate=True,
                                 use=use)  # (tk, Dk)
-                    if not deterministic:
-                        dq[b, h, q0 + r0: q0 + r1] += _dot(  # dS K: (tr, Dk)
-                            dp.T, k_bh[t0:t1], None if bad_k is None else bad_k[t0:t1],
-                            use=use) * scale
+                    if not deterministic:  # dQ_i (tr, Dk) += (dS K_j) · scale, one GEMM
+                        _dot(dp.T, k_bh[t0:t1], None if bad_k is None else bad_k[t0:t1],
+                             dq[b, h, q0 + r0: q0 + r1], use=use, alpha=scale)
 
     with scratch:
         _run(p, cfg, worker, items, passes=2.5, tiled=True)
@@ -1095,8 +1117,8 @@ def _backward_tiled(p, cfg, step, delta, lse_f, dout_f, deterministic=False, dbi
                     dp *= kept
                 step.softmax_grad(dp[None], s[None], delta[None, b, h, q0 + r0: q0 + r1])
                 _softcap_grad(dp, t)
-                dq[b, h, q0 + r0: q0 + r1] += _dot(
-                    dp.T, k_bh[t0:t1], None if bad_k is None else bad_k[t0:t1], use=use) * scale
+                _dot(dp.T, k_bh[t0:t1], None if bad_k is None else bad_k[t0:t1],
+                     dq[b, h, q0 + r0: q0 + r1], use=use, alpha=scale)
 
     _run(p, cfg, dq_worker, dq_items, passes=1.5, tiled=True)
     return dq, dk, dv

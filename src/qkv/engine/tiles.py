@@ -41,7 +41,8 @@ class TileStats:
     "full" and "partial" ones computed), summed over every batch element, head and pass, and
     ``pairs[kind]`` the (query, key) pairs they held; ``paths`` counts calls by path
     ("tiled"/"small" × "compiled"/"numpy"; "tiled fused" too when the tiled forward ran its
-    loops compiled whole). The small path plans no tiles.
+    loops compiled whole, "tiled fused backward" when the tiled backward did). The small path
+    plans no tiles.
     """
 
     tiles: Counter = field(default_factory=Counter)
@@ -103,7 +104,8 @@ class KernelConfig:
       "auto" (MKL if installed on an Intel CPU; :mod:`.gemm` says why).
     - ``fused``: the tiled forward runs each query block's loop of tiles as one compiled call
       where it can (:mod:`.step.fused`: the compiled step, the BLAS's GEMMs called inside,
-      float32, no bias, softcap, score_mod or dropout); False: the loop in Python, call by
+      float32, no bias, softcap, score_mod or dropout), and the tiled backward each work
+      item's loop for a query head (no dbias either); False: the loops in Python, call by
       call (to compare).
     - ``stats``: a :class:`TileStats` to fill, or None.
     """
@@ -285,20 +287,25 @@ class TilePlan:
                 stats.add_tile(kind, (r1 - r0) * (k1 - k0))
         return [t for t in planned if t[4] != EMPTY]
 
-    def table(self, b: int, h: int, q0: int, q1: int) -> tuple[np.ndarray, np.ndarray]:
-        """:meth:`tiles` as arrays, for a compiled loop (:mod:`.step.fused`): ``(T, 6)`` int64
-        rows ``(r0, r1, k0, k1, partial, offset)`` and one bool array holding every PARTIAL
-        tile's block, transposed ``(tk, tr)`` as the step takes it, from its ``offset`` (at
-        least one element). Made per call, not kept: kept for every query block, the blocks
-        of a long masked problem would hold more memory than its tiles (the plan keeps them
-        lazy)."""
+    def table(self, b: int, h: int, spans: list[tuple[int, int]],
+              keys: tuple[int, int] | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`tiles` of the query blocks ``spans`` (``[(q0, q1), …]``, in order; of keys
+        ``keys[0]:keys[1]`` only, if given) as arrays, for a compiled loop (:mod:`.step.fused`):
+        ``(T, 6)`` int64 rows ``(r0, r1, k0, k1, partial, offset)``, query rows counted from the
+        first span's q0, and one bool array holding every PARTIAL tile's block, transposed
+        ``(tk, tr)`` as the step takes it, from its ``offset`` (at least one element). Made per
+        call, not kept: kept for every query block, the blocks of a long masked problem would
+        hold more memory than its tiles (the plan keeps them lazy)."""
         rows, parts, offset = [], [], 0
-        for r0, r1, k0, k1, kind, block in self.tiles(b, h, q0, q1):
-            partial = kind == PARTIAL
-            rows.append((r0, r1, k0, k1, int(partial), offset if partial else 0))
-            if partial:
-                parts.append(np.asarray(block(True), dtype=bool).ravel())  # (tk, tr), C order
-                offset += parts[-1].size
+        start = spans[0][0] if spans else 0
+        for q0, q1 in spans:
+            for r0, r1, k0, k1, kind, block in self.tiles(b, h, q0, q1, keys):
+                partial = kind == PARTIAL
+                at = q0 - start
+                rows.append((at + r0, at + r1, k0, k1, int(partial), offset if partial else 0))
+                if partial:
+                    parts.append(np.asarray(block(True), dtype=bool).ravel())  # (tk, tr), C
+                    offset += parts[-1].size
         return (np.array(rows, dtype=np.int64).reshape(-1, 6),
                 np.concatenate(parts) if parts else np.ones(1, dtype=bool))
 

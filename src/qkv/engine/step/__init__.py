@@ -48,7 +48,8 @@ extra). Both give the same results within the dtype's rounding; the tests run bo
 a fresh process's first call imports no Numba; ``QKV_AOT=0`` turns it off. :mod:`.fused` runs
 the forward's whole loop over a query block's tiles — GEMMs (the BLAS's ``cblas_sgemm``,
 called through its address) and this step — as one compiled call (:func:`fused_loop` finds the
-one that goes with a step module; the prebuilt module carries it too).
+one that goes with a step module; the prebuilt module carries it too), and the backward's
+loop over a work item's tiles likewise (:func:`.fused.backward_run`).
 """
 
 from __future__ import annotations
@@ -67,18 +68,26 @@ def per_query(step: ModuleType) -> bool:
     return step.__name__.rsplit(".", 1)[-1] in ("aot", "compiled")
 
 
-def fused_loop(step: ModuleType):
-    """The forward's tile loop compiled whole (:func:`.fused.forward_run`) that goes with a
+def fused_loop(step: ModuleType, direction: str = "forward"):
+    """The tile loop compiled whole — the forward's (:func:`.fused.forward_run`) or, for
+    ``direction="backward"``, the backward's (:func:`.fused.backward_run`) — that goes with a
     step module from :func:`get`: the prebuilt one beside the prebuilt step, the JIT's beside
     the JIT; None beside the NumPy step."""
     name = step.__name__.rsplit(".", 1)[-1]
     if name == "aot":
-        return step.forward_run
+        return getattr(step, f"{direction}_run")
     if name == "compiled":
         from . import fused
 
-        return fused.forward_run
+        return getattr(fused, f"{direction}_run")
     return None
+
+
+def backward_scratch(tiles) -> int:
+    """Float32 elements of scratch :func:`.fused.backward_run` needs for ``tiles`` (its
+    ``(T, 6)`` table): two tiles (P and dS) and a row of sums for the largest tile."""
+    rows, keys = tiles[:, 1] - tiles[:, 0], tiles[:, 3] - tiles[:, 2]
+    return int((2 * rows * keys + rows).max(initial=1))
 
 
 def get(backend: str) -> ModuleType:

@@ -40,7 +40,7 @@ import numpy as np
 
 NAME = "qkv_step"
 EXPORTS = ("online_softmax", "online_softmax_ro", "probabilities", "probabilities_ro",
-           "softmax_grad", "forward_run")
+           "softmax_grad", "forward_run", "backward_run")
 
 
 def cache_dir() -> Path:
@@ -199,6 +199,26 @@ def forward_run(q, k, v, tiles, blocks, m, row_sum, acc, buf, products: bool, sg
         return fused.forward_run(q, k, v, tiles, blocks, m, row_sum, acc, buf, products, sgemm)
     _module.forward_run(q, k, v, tiles, blocks, m, row_sum, acc_arg, buf, has_acc,
                         _floor(products), sgemm)
+
+
+def backward_run(q, k, v, dout, lse, delta, tiles, blocks, dk, dv, dq, psum, dsum, buf, scale,
+                 with_dq: bool, sgemm: int) -> None:
+    """:func:`.fused.backward_run`, prebuilt: k and v read-only float32 rows (any row stride),
+    everything else C-contiguous, as the kernel passes them; anything else goes to the JIT."""
+    if _module is None or not (
+            _ok(q, dout, dk, dv, dq) and q.ndim == dout.ndim == dk.ndim == dv.ndim == dq.ndim == 2
+            and _ok(lse, delta, psum, dsum, buf)
+            and lse.ndim == delta.ndim == psum.ndim == dsum.ndim == buf.ndim == 1
+            and all(x.dtype == np.float32 and x.ndim == 2 and not x.flags.writeable
+                    and x.flags.aligned for x in (k, v))
+            and tiles.dtype == np.int64 and tiles.ndim == 2 and tiles.flags.c_contiguous
+            and blocks.dtype == np.bool_ and blocks.ndim == 1 and blocks.flags.c_contiguous):
+        from . import fused
+
+        return fused.backward_run(q, k, v, dout, lse, delta, tiles, blocks, dk, dv, dq, psum,
+                                  dsum, buf, scale, with_dq, sgemm)
+    _module.backward_run(q, k, v, dout, lse, delta, tiles, blocks, dk, dv, dq, psum, dsum, buf,
+                         np.float32(scale), with_dq, _floor(True), sgemm)
 
 
 _module: ModuleType | None = None

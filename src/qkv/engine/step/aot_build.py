@@ -20,11 +20,12 @@ from pathlib import Path
 
 import numpy as np
 
-from . import aot, fused
+from . import aot, backward_scratch, fused
 from . import compiled as jit
 
 _online, _probs, _grad = jit._online_softmax, jit._probabilities, jit._softmax_grad
 _forward = fused._forward_run
+_backward = fused._backward_run
 
 
 def _call_online_softmax(s, allowed, masked, m, row_sum, acc, has_acc, floor):
@@ -41,6 +42,12 @@ def _call_softmax_grad(dp, p, delta):
 
 def _call_forward_run(q, k, v, tiles, blocks, m, row_sum, acc, buf, has_acc, floor, sgemm):
     _forward(q, k, v, tiles, blocks, m, row_sum, acc, buf, has_acc, floor, sgemm)
+
+
+def _call_backward_run(q, k, v, dout, lse, delta, tiles, blocks, dk, dv, dq, psum, dsum, buf,
+                       scale, with_dq, floor, sgemm):
+    _backward(q, k, v, dout, lse, delta, tiles, blocks, dk, dv, dq, psum, dsum, buf, scale,
+              with_dq, floor, sgemm)
 
 
 def build(force: bool = False, sgemm: int | None = None) -> tuple[Path, bool]:
@@ -102,6 +109,10 @@ def _compile(out_dir: Path, module_name: str) -> Path:
               types.void(f2, f2a, f2a, types.Array(types.int64, 2, "C"),
                          types.Array(types.bool_, 1, "C"), f1, f1, f2, f1, types.bool_,
                          types.float32, types.int64))(_call_forward_run)
+    i2, b1 = types.Array(types.int64, 2, "C"), types.Array(types.bool_, 1, "C")
+    cc.export("backward_run",
+              types.void(f2, f2a, f2a, f2, f1, f1, i2, b1, f2, f2, f2, f1, f1, f1, types.float32,
+                         types.bool_, types.float32, types.int64))(_call_backward_run)
 
     plain = pycc_compiler.Flags
 
@@ -180,7 +191,7 @@ def check_against_jit(file: Path, sgemm: int | None = None) -> str:
         if not np.array_equal(ours, theirs, equal_nan=True):
             return f"softmax_grad, tile {s.shape}"
     if sgemm is not None:
-        return _check_forward_run(module, sgemm)
+        return _check_forward_run(module, sgemm) or _check_backward_run(module, sgemm)
     return ""
 
 
@@ -208,4 +219,33 @@ def _check_forward_run(module, sgemm: int) -> str:
         if not all(np.array_equal(a, b, equal_nan=True) for a, b in zip(ours, theirs,
                                                                          strict=True)):
             return f"forward_run, accumulator {has_acc}, products {products}"
+    return ""
+
+
+def _check_backward_run(module, sgemm: int) -> str:
+    """'' when the module's backward loop gives the JIT's bits on one head's tiles (FULL and
+    PARTIAL, a query with nothing allowed in one, strided read-only k and v), with and without
+    dQ; else what differs."""
+    rng = np.random.default_rng(2)
+    nq, nk, d = 40, 100, 16
+    q, dout = (rng.standard_normal((nq, d)).astype(np.float32) for _ in range(2))
+    k, v = (rng.standard_normal((nk, 2, d)).astype(np.float32)[:, 0] for _ in range(2))
+    k.flags.writeable = v.flags.writeable = False
+    lse = (np.log(nk) + rng.random(nq)).astype(np.float32)
+    delta = rng.standard_normal(nq).astype(np.float32)
+    tiles = np.array([(0, 24, 0, 48, 0, 0), (24, nq, 0, 48, 1, 0), (0, nq, 48, nk, 1, 16 * 48)],
+                     dtype=np.int64)
+    blocks = rng.random(16 * 48 + 52 * nq) < 0.6
+    blocks[: 16 * 48].reshape(48, 16)[:, 3] = False  # a query with nothing in that tile
+    size = backward_scratch(tiles)
+    for with_dq in (True, False):
+        state = [np.zeros((nk, d), np.float32), np.zeros((nk, d), np.float32),
+                 np.zeros((nq, d), np.float32), np.zeros(nq, np.float32), np.zeros(nq, np.float32)]
+        ours, theirs = ([x.copy() for x in state] for _ in range(2))
+        for fn, (dk, dv, dq, psum, dsum) in ((module.backward_run, ours), (_backward, theirs)):
+            fn(q, k, v, dout, lse, delta, tiles, blocks, dk, dv, dq, psum, dsum,
+               np.empty(size, np.float32), np.float32(0.25), with_dq, aot._floor(True), sgemm)
+        if not all(np.array_equal(a, b, equal_nan=True) for a, b in zip(ours, theirs,
+                                                                         strict=True)):
+            return f"backward_run, dq {with_dq}"
     return ""

@@ -206,37 +206,50 @@ def _online_softmax(s, allowed, masked, m, row_sum, acc, has_acc, floor):
                              acc[g if has_acc else 0], has_acc, floor, m_new, m_ref, alpha)
 
 
+@njit(inline="always", fastmath=FLAGS)
+def probabilities_plane(tile, ok, masked, ref, floor):
+    """One plane of :func:`probabilities`: ``tile (T, R)``, ``ok (T, R)`` (read if ``masked``),
+    ``ref (R,)`` the lse. Inlined into its callers (this module's entry point and
+    :mod:`.fused`'s backward loop)."""
+    keys, queries = tile.shape
+    for j in range(keys):
+        row = tile[j]
+        if masked:
+            ok_j = ok[j]
+            for i in range(queries):
+                # a query with no allowed key has lse = −inf: its weights are 0
+                x = (row[i] - ref[i]) * LOG2E
+                row[i] = _exp2_above(x, floor) if ok_j[i] and ref[i] != NEG_INF else ZERO
+        else:
+            for i in range(queries):
+                x = (row[i] - ref[i]) * LOG2E
+                row[i] = _exp2_above(x, floor) if ref[i] != NEG_INF else ZERO
+
+
+@njit(inline="always", fastmath=FLAGS)
+def softmax_grad_plane(grad, prob, d):
+    """One plane of :func:`softmax_grad`: ``grad``, ``prob (T, R)``, ``d (R,)``. Inlined into
+    its callers (this module's entry point and :mod:`.fused`'s backward loop)."""
+    keys, queries = grad.shape
+    for j in range(keys):
+        grad_j, prob_j = grad[j], prob[j]
+        for i in range(queries):
+            pj = prob_j[i]
+            grad_j[i] = pj * (grad_j[i] - d[i]) if pj != ZERO else ZERO
+
+
 @njit(nogil=True, fastmath=FLAGS, cache=True)
 def _probabilities(s, allowed, masked, lse, floor):
     wide_vectors()
-    planes, keys, queries = s.shape
-    for g in range(planes):
-        tile, ok, ref = s[g], allowed[g if masked else 0], lse[g]
-        for j in range(keys):
-            row = tile[j]
-            if masked:
-                ok_j = ok[j]
-                for i in range(queries):
-                    # a query with no allowed key has lse = −inf: its weights are 0
-                    x = (row[i] - ref[i]) * LOG2E
-                    row[i] = _exp2_above(x, floor) if ok_j[i] and ref[i] != NEG_INF else ZERO
-            else:
-                for i in range(queries):
-                    x = (row[i] - ref[i]) * LOG2E
-                    row[i] = _exp2_above(x, floor) if ref[i] != NEG_INF else ZERO
+    for g in range(s.shape[0]):
+        probabilities_plane(s[g], allowed[g if masked else 0], masked, lse[g], floor)
 
 
 @njit(nogil=True, fastmath=FLAGS, cache=True)
 def _softmax_grad(dp, p, delta):
     wide_vectors()
-    planes, keys, queries = dp.shape
-    for g in range(planes):
-        grad, prob, d = dp[g], p[g], delta[g]
-        for j in range(keys):
-            grad_j, prob_j = grad[j], prob[j]
-            for i in range(queries):
-                pj = prob_j[i]
-                grad_j[i] = pj * (grad_j[i] - d[i]) if pj != ZERO else ZERO
+    for g in range(dp.shape[0]):
+        softmax_grad_plane(dp[g], p[g], delta[g])
 
 
 _NO_MASK = np.ones((1, 1, 1), dtype=bool)

@@ -1,4 +1,4 @@
-"""The tiled forward's loop over one query block, compiled whole: GEMMs and steps in one call.
+"""The tiled loops compiled whole: GEMMs and steps in one call, without the GIL.
 
 For each key tile of a query block the forward runs three things (see :mod:`qkv.engine.kernel`)::
 
@@ -6,18 +6,28 @@ For each key tile of a query block the forward runs three things (see :mod:`qkv.
     online_softmax(Sᵀ, …, accᵀ)      the step               (:func:`.compiled.online_softmax_plane`)
     accᵀ += V_jᵀ Pᵀ                  P·V GEMM               (Dv, tr)
 
-Driven from Python, every tile pays the interpreter, and hands the GIL between the workers
-three times: a worker back from a GEMM waits for the other's Python. :func:`forward_run` runs
-the whole loop in one compiled call without the GIL, calling the BLAS's ``cblas_sgemm``
-through its address (MKL's or NumPy's OpenBLAS's, from :func:`qkv.engine.gemm.address`).
-Measured interleaved in one process (``python benchmarks/fused_loop.py``, two runs, MKL on an
-Intel Xeon): on one worker 0.89–0.96 of the Python loop's time, on two 0.81–0.92, where the
-GIL was shared.
+and the backward, for each tile of a work item's key tile (FlashAttention-2's backward)::
+
+    Pᵀ   = exp(K_j Q_iᵀ − lse_i)     score GEMM, step       (:func:`.compiled.probabilities_plane`)
+    dV_j += Pᵀ dO_i                  GEMM                   (tk, Dv)
+    dSᵀ  = Pᵀ ∘ (V_j dO_iᵀ − Δ_i)    GEMM, step             (:func:`.compiled.softmax_grad_plane`)
+    dK_j += dSᵀ Q_i,  dQ_i += dS K_j · scale                two GEMMs
+
+Driven from Python, every tile pays the interpreter, and hands the GIL between the workers at
+each call (three a forward tile, seven a backward one): a worker back from a GEMM waits for the
+other's Python. :func:`forward_run` runs a query block's whole loop in one compiled call, and
+:func:`backward_run` a work item's loop for one query head, calling the BLAS's
+``cblas_sgemm`` through its address (MKL's or NumPy's OpenBLAS's, from
+:func:`qkv.engine.gemm.address`). Measured interleaved in one process
+(``python benchmarks/fused_loop.py``): the forward on one worker 0.89–0.96 of the Python loop's
+time, on two 0.81–0.92, where the GIL was shared (MKL on an Intel Xeon); the backward 0.88–0.92
+on one worker and 0.73–0.79 on two (OpenBLAS on an AMD EPYC).
 
 The tiles come planned (:meth:`qkv.engine.tiles.TilePlan.table`): rows ``(r0, r1, k0, k1,
 partial, offset)``, and a PARTIAL tile's allowed block, transposed ``(tk, tr)``, at ``offset`` in
-one packed bool array. The step is the same inlined code as :func:`.compiled.online_softmax`'s,
-so the two paths give the same bits.
+one packed bool array. The steps are the same inlined code as :mod:`.compiled`'s entry points,
+and each GEMM describes its operands to the BLAS as :func:`qkv.engine.gemm.matmul` does, so the
+compiled and Python loops give the same bits (tests/test_fused.py).
 """
 
 from __future__ import annotations
@@ -27,26 +37,36 @@ from llvmlite import ir
 from numba import njit, types
 from numba.extending import intrinsic
 
-from .compiled import FLAGS, FLOOR, PRODUCT_FLOOR, online_softmax_plane, wide_vectors
+from .compiled import (
+    FLAGS,
+    FLOOR,
+    PRODUCT_FLOOR,
+    online_softmax_plane,
+    probabilities_plane,
+    softmax_grad_plane,
+    wide_vectors,
+)
 
 ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112  # CBLAS's enums
 F32 = np.float32
+ONE = F32(1.0)
 
 
 @intrinsic
-def _sgemm(typingctx, address, trans_a, trans_b, m, n, k, a, lda, b, ldb, beta, c, ldc):
-    """``C ← A B + beta C`` (row-major, A (m, k) and B (k, n) each transposed or not as
+def _sgemm(typingctx, address, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc):
+    """``C ← alpha A B + beta C`` (row-major, A (m, k) and B (k, n) each transposed or not as
     CBLAS's enums say) by calling an ILP64 ``cblas_sgemm`` at ``address``: the enums as C ints,
     sizes and strides as 64-bit ints (:func:`qkv.engine.gemm.address` finds MKL's or NumPy's)."""
     i64 = types.int64
-    sig = types.void(i64, i64, i64, i64, i64, i64, i64, i64, i64, i64, types.float32, i64, i64)
+    f32 = types.float32
+    sig = types.void(i64, i64, i64, i64, i64, i64, f32, i64, i64, i64, i64, f32, i64, i64)
 
     def codegen(context, builder, signature, args):
         i32, i64, f32 = ir.IntType(32), ir.IntType(64), ir.FloatType()
         ptr = ir.IntType(8).as_pointer()
         fn_type = ir.FunctionType(ir.VoidType(), [i32, i32, i32, i64, i64, i64, f32, ptr, i64,
                                                   ptr, i64, f32, ptr, i64])
-        address, ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc = args
+        address, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc = args
         fn = builder.inttoptr(address, fn_type.as_pointer())
 
         def enum(x):
@@ -56,7 +76,7 @@ def _sgemm(typingctx, address, trans_a, trans_b, m, n, k, a, lda, b, ldb, beta, 
             return builder.inttoptr(x, ptr)
 
         builder.call(fn, [ir.Constant(i32, ROW_MAJOR), enum(ta), enum(tb), m, n, k,
-                          ir.Constant(f32, 1.0), pointer(a), lda, pointer(b), ldb, beta,
+                          alpha, pointer(a), lda, pointer(b), ldb, beta,
                           pointer(c), ldc])
         return context.get_dummy_value()
 
@@ -79,13 +99,13 @@ def _forward_run(q, k, v, tiles, blocks, m, row_sum, acc, buf, has_acc, floor, s
         rows, keys = r1 - r0, k1 - k0
         s = buf[: keys * rows].reshape((keys, rows))
         # Sᵀ (tk, tr) = K_j (tk, Dk) · Q_iᵀ: beta 0, so the buffer's old contents are never read
-        _sgemm(sgemm, NO_TRANS, TRANS, keys, rows, dk, k[k0:k1].ctypes.data, ldk,
+        _sgemm(sgemm, NO_TRANS, TRANS, keys, rows, dk, ONE, k[k0:k1].ctypes.data, ldk,
                q[r0:r1].ctypes.data, dk, F32(0.0), s.ctypes.data, rows)
         ok = blocks[offset: offset + keys * rows].reshape((keys, rows)) if partial else no_block
         online_softmax_plane(s, ok, partial != 0, m[r0:r1], row_sum[r0:r1], acc[:, r0:r1],
                              has_acc, floor, m_new, m_ref, alpha)
         if has_acc:  # accᵀ (Dv, tr) += V_jᵀ (Dv, tk) · Pᵀ (tk, tr)
-            _sgemm(sgemm, TRANS, NO_TRANS, dv, rows, keys, v[k0:k1].ctypes.data, ldv,
+            _sgemm(sgemm, TRANS, NO_TRANS, dv, rows, keys, ONE, v[k0:k1].ctypes.data, ldv,
                    s.ctypes.data, rows, F32(1.0), acc[:, r0:r1].ctypes.data, ldc)
 
 
@@ -105,3 +125,102 @@ def forward_run(q, k, v, tiles, blocks, m, row_sum, acc, buf, products: bool, sg
     _forward_run(q, k, v, tiles, blocks, m, row_sum,
                  acc if has_acc else np.zeros((1, q.shape[0]), np.float32), buf, has_acc,
                  PRODUCT_FLOOR if products else FLOOR, sgemm)
+
+
+# -- the backward ------------------------------------------------------------------------------
+@njit(inline="always")
+def _operand(rows, cols, s0, s1):
+    """(CBLAS transpose enum, leading dimension) for a ``(rows, cols)`` operand with element
+    strides ``(s0, s1)``, read as :func:`qkv.engine.gemm._operand` reads it — a length-1 axis
+    as packed — so that each call describes its operands as the Python loop's does (a BLAS may
+    pick its kernel, and its order of sums, by the description)."""
+    if rows == 1:
+        s0 = cols
+    if cols == 1:
+        s1 = 1
+    if s1 == 1 and s0 >= max(1, cols):
+        return NO_TRANS, s0
+    return TRANS, s1
+
+
+@njit(inline="always")
+def _gemm(sgemm, m, n, kk, alpha, a, as0, as1, b, bs0, bs1, beta, c, ldc):
+    """``C (m, n) ← alpha A (m, kk) B (kk, n) + beta C``, each operand a pointer and element
+    strides."""
+    ta, lda = _operand(m, kk, as0, as1)
+    tb, ldb = _operand(kk, n, bs0, bs1)
+    _sgemm(sgemm, ta, tb, m, n, kk, alpha, a, lda, b, ldb, beta, c, ldc)
+
+
+# Without fast-math, so that it rounds as NumPy's loop does: ``into += tile.sum(axis=0)`` adds
+# the rows in order (NumPy's pairwise sum runs along a contiguous axis only — not for a
+# one-query tile, whose sums then differ in the last bits; they feed the lse checks, not the
+# gradients).
+@njit(nogil=True, cache=True)
+def _add_column_sums(tile, into, tmp):
+    keys, queries = tile.shape
+    for i in range(queries):
+        tmp[i] = tile[0, i]
+    for j in range(1, keys):
+        for i in range(queries):
+            tmp[i] += tile[j, i]
+    for i in range(queries):
+        into[i] += tmp[i]
+
+
+@njit(nogil=True, fastmath=FLAGS, cache=True)
+def _backward_run(q, k, v, dout, lse, delta, tiles, blocks, dk, dv, dq, psum, dsum, buf, scale,
+                  with_dq, floor, sgemm):
+    wide_vectors()  # the steps inlined below are element-wise (see compiled.WIDE)
+    dk_cols, dv_cols = q.shape[1], dout.shape[1]
+    ks0, vs0 = k.strides[0] // 4, v.strides[0] // 4  # any row stride (the BLAS is told)
+    no_block = blocks[:1].reshape((1, 1))
+    for t in range(tiles.shape[0]):
+        r0, r1, k0, k1, partial, offset = tiles[t]
+        rows, keys = r1 - r0, k1 - k0
+        s = buf[: keys * rows].reshape((keys, rows))
+        dp = buf[keys * rows: 2 * keys * rows].reshape((keys, rows))
+        col = buf[2 * keys * rows: 2 * keys * rows + rows]
+        q_i, do_i = q[r0:r1].ctypes.data, dout[r0:r1].ctypes.data
+        k_j, v_j = k[k0:k1].ctypes.data, v[k0:k1].ctypes.data
+        # Sᵀ (tk, tr) = K_j · (Q_i · scale)ᵀ, then Pᵀ = exp(Sᵀ − lse) recomputed in place
+        _gemm(sgemm, keys, rows, dk_cols, ONE, k_j, ks0, 1, q_i, 1, dk_cols, F32(0.0),
+              s.ctypes.data, rows)
+        ok = blocks[offset: offset + keys * rows].reshape((keys, rows)) if partial else no_block
+        probabilities_plane(s, ok, partial != 0, lse[r0:r1], floor)
+        _add_column_sums(s, psum[r0:r1], col)
+        # dV_j (tk, Dv) += Pᵀ dO_i
+        _gemm(sgemm, keys, dv_cols, rows, ONE, s.ctypes.data, rows, 1, do_i, dv_cols, 1, ONE,
+              dv[k0:k1].ctypes.data, dv_cols)
+        # dPᵀ (tk, tr) = V_j dO_iᵀ, then dSᵀ = Pᵀ ∘ (dPᵀ − Δ_i) in place
+        _gemm(sgemm, keys, rows, dv_cols, ONE, v_j, vs0, 1, do_i, 1, dv_cols, F32(0.0),
+              dp.ctypes.data, rows)
+        softmax_grad_plane(dp, s, delta[r0:r1])
+        _add_column_sums(dp, dsum[r0:r1], col)
+        # dK_j (tk, Dk) += dSᵀ (Q_i · scale)
+        _gemm(sgemm, keys, dk_cols, rows, ONE, dp.ctypes.data, rows, 1, q_i, dk_cols, 1, ONE,
+              dk[k0:k1].ctypes.data, dk_cols)
+        if with_dq:  # dQ_i (tr, Dk) += (dS K_j) · scale: the scale as the GEMM's alpha
+            _gemm(sgemm, rows, dk_cols, keys, scale, dp.ctypes.data, 1, rows, k_j, ks0, 1, ONE,
+                  dq[r0:r1].ctypes.data, dk_cols)
+
+
+def backward_run(q, k, v, dout, lse, delta, tiles, blocks, dk, dv, dq, psum, dsum, buf,
+                 scale, with_dq: bool, sgemm: int) -> None:
+    """The backward's loop over one query head's planned tiles against one work item's keys
+    (the Python loop of :func:`qkv.engine.kernel._backward_tiled`), in place: for each tile
+
+        Pᵀ = exp(K_j Q_iᵀ − lse_i),  dV_j += Pᵀ dO_i,  dSᵀ = Pᵀ ∘ (V_j dO_iᵀ − Δ_i),
+        dK_j += dSᵀ Q_i,  dQ_i += dS K_j · scale (``with_dq``),
+
+    and Σ_j P, Σ_j dS per query row into ``psum``, ``dsum``.
+
+    ``q (Nq, Dk)`` the head's queries times scale, ``dout (Nq, Dv)``, ``lse``, ``delta (Nq,)``;
+    ``k (Nk, Dk)``, ``v (Nk, Dv)`` the kv head's rows (read-only views, rows of unit stride,
+    any row stride); ``tiles (T, 6)`` int64 rows ``(r0, r1, k0, k1, partial, offset)`` in the
+    head's query and key rows, ``blocks`` their PARTIAL blocks (:meth:`.TilePlan.table`);
+    ``dk (Nk, Dk)``, ``dv (Nk, Dv)``, ``dq (Nq, Dk)`` added into; ``buf`` float32 scratch of
+    :func:`qkv.engine.step.backward_scratch` elements; ``scale`` float32; ``sgemm`` the address of
+    ``cblas_sgemm`` (:func:`qkv.engine.gemm.address`). Everything but k and v C-contiguous."""
+    _backward_run(q, k, v, dout, lse, delta, tiles, blocks, dk, dv, dq, psum, dsum, buf,
+                  F32(scale), with_dq, PRODUCT_FLOOR, sgemm)
