@@ -252,6 +252,53 @@ def test_concurrent_calls_never_share_a_tile_buffer():
 
 @pytest.mark.skipif(not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
                     reason="pinning needs Linux and two usable cores")
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,
+                    reason="pinning needs Linux and two usable cores")
+def test_pool_threads_made_by_a_pinned_caller_start_on_every_core(monkeypatch):
+    # the pool makes its threads lazily, from a caller that a call has pinned to one core; a
+    # thread inherits its creator's affinity, and one that never ran an item kept that core
+    # (seen in the full suite: two idle pool threads on core 1)
+    from qkv.engine import threads
+
+    before = os.sched_getaffinity(0)
+    monkeypatch.setattr(threads, "_pool", None)  # a fresh pool, made below
+    os.sched_setaffinity(0, {min(before)})
+    try:
+        pool = threads._get_pool(2, before)
+        seen = pool.submit(os.sched_getaffinity, 0).result()
+    finally:
+        os.sched_setaffinity(0, before)
+    pool.shutdown()
+    assert seen == before
+
+
+FORK_THEN_CALL = """
+import os, numpy as np, qkv
+from qkv.engine import kernel_config
+allowed = os.sched_getaffinity(0)
+pid = os.fork()  # OpenBLAS shuts its server threads down at a fork; the next call remakes them
+if pid == 0:
+    os._exit(0)
+os.waitpid(pid, 0)
+x = np.random.default_rng(0).standard_normal((4096, 64)).astype(np.float32)
+with kernel_config(gemm="numpy"):
+    qkv.attention(x, x, x, mask=qkv.window(255))
+print(sorted(t for t in map(int, os.listdir("/proc/self/task"))
+             if os.sched_getaffinity(t) != allowed))
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork") or len(os.sched_getaffinity(0)) < 2,
+                    reason="pinning needs Linux and two usable cores")
+def test_blas_threads_remade_during_a_call_are_not_pinned():
+    # the BLAS's thread count is set around a call; OpenBLAS remakes its threads in that call
+    # when they are down (after a fork), and a thread made by the pinned caller kept its core
+    done = subprocess.run([sys.executable, "-c", FORK_THEN_CALL], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[]", f"threads left pinned: {done.stdout}"
+
+
 def _pinned_threads(allowed: set) -> dict[int, set]:
     """This process's threads whose affinity is not ``allowed``: thread id → its cores."""
     pinned = {}

@@ -28,12 +28,27 @@ _controller = None
 _local = threading.local()  # .inside: this thread is running a work item
 
 
-def _get_pool(n: int) -> ThreadPoolExecutor:
+def _get_pool(n: int, cpus: set[int] | None = None) -> ThreadPoolExecutor:
+    """The pool, with at least ``n`` threads. Its threads start on ``cpus`` (the caller's cores
+    before :class:`_Places` pinned it): a thread inherits its creator's affinity, and the pool
+    creates its threads lazily, from a caller that may be pinned to one core for its call — a
+    thread that then never ran an item would keep that one core for good."""
     global _pool, _pool_size
     with _pool_lock:
         if _pool is None or _pool_size < n:
-            _pool, _pool_size = ThreadPoolExecutor(max_workers=n, thread_name_prefix="qkv"), n
+            _pool = ThreadPoolExecutor(max_workers=n, thread_name_prefix="qkv",
+                                       initializer=_start_on, initargs=(cpus,))
+            _pool_size = n
         return _pool
+
+
+def _start_on(cpus: set[int] | None) -> None:
+    """A pool thread's first act: leave the one core it may have inherited (see _get_pool)."""
+    if cpus:
+        try:
+            os.sched_setaffinity(0, cpus)
+        except OSError:
+            pass
 
 
 _blas_users = 0
@@ -141,7 +156,6 @@ def run(worker: Callable[[int, object], None], items: Sequence, workers: int, *,
     lock = threading.Lock()
     queue = iter(items)
     failed = threading.Event()
-    places = _Places.here() if pin else _Places([], 0, None)
 
     def drain(worker_id: int) -> None:
         _local.inside = True
@@ -165,8 +179,13 @@ def run(worker: Callable[[int, object], None], items: Sequence, workers: int, *,
     # and the caller, already running, starts on the first item at once (measured on a loaded
     # 2-vCPU machine, N=512: a sleeping pool thread took 0.15–7 ms to start its first item, the
     # caller 0.1–0.15 ms). A helper that has not started when the items run out is cancelled.
-    pool = _get_pool(workers - 1)
+    # The BLAS's thread count is set before the caller is pinned and restored after: OpenBLAS
+    # (re)creates its server threads inside that call when they are down (after a fork, say),
+    # and a thread inherits its creator's affinity — made by a pinned caller, they kept its one
+    # core for good (NumPy's and SciPy's OpenBLAS, seen in the full suite).
     with single_threaded_blas() if hold_blas else contextlib.nullcontext():
+        places = _Places.here() if pin else _Places([], 0, None)
+        pool = _get_pool(workers - 1, places.caller_mask or set(_allowed_cpus()))
         helpers = [pool.submit(drain, i) for i in range(1, workers)]
         error = None
         try:
