@@ -252,12 +252,44 @@ def test_concurrent_calls_never_share_a_tile_buffer():
 
 @pytest.mark.skipif(not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
                     reason="pinning needs Linux and two usable cores")
-@pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,
-                    reason="pinning needs Linux and two usable cores")
+def test_workers_each_get_a_core_for_the_call_and_the_caller_its_own_back():
+    # the scheduler left both workers on one vCPU for most of a call (engine/threads.py)
+    from qkv.engine import threads
+
+    before = os.sched_getaffinity(0)
+    seen: dict[int, set] = {}
+
+    def work(worker_id, _item):
+        seen.setdefault(worker_id, set()).update(os.sched_getaffinity(0))
+        sum(range(20000))  # long enough that the helper takes items too
+
+    threads.run(work, list(range(64)), 2)
+    assert os.sched_getaffinity(0) == before  # the caller's mask is restored
+    time.sleep(0.05)  # the helper gives its core back as it finishes (after the caller may)
+    for tid in map(int, os.listdir("/proc/self/task")):  # and no thread keeps a pinned core
+        try:
+            assert os.sched_getaffinity(tid) == before
+        except ProcessLookupError:  # a thread that ended meanwhile
+            pass
+    for cpus in seen.values():
+        assert len(cpus) == 1 and cpus <= before
+    if len(seen) == 2:
+        assert seen[0] != seen[1]  # distinct cores
+    # and an error inside the items restores it too
+    with pytest.raises(ZeroDivisionError):
+        threads.run(lambda w, i: 1 / 0, list(range(8)), 2)
+    assert os.sched_getaffinity(0) == before
+
+
+LINUX_TWO_CORES = pytest.mark.skipif(
+    not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,
+    reason="pinning needs Linux and two usable cores")
+
+
+@LINUX_TWO_CORES
 def test_pool_threads_made_by_a_pinned_caller_start_on_every_core(monkeypatch):
-    # the pool makes its threads lazily, from a caller that a call has pinned to one core; a
-    # thread inherits its creator's affinity, and one that never ran an item kept that core
-    # (seen in the full suite: two idle pool threads on core 1)
+    # the pool makes its threads lazily, from a caller that a call has pinned to one core, and
+    # a thread inherits its creator's affinity: one that never ran an item kept that core
     from qkv.engine import threads
 
     before = os.sched_getaffinity(0)
@@ -288,59 +320,15 @@ print(sorted(t for t in map(int, os.listdir("/proc/self/task"))
 """
 
 
-@pytest.mark.skipif(not hasattr(os, "fork") or len(os.sched_getaffinity(0)) < 2,
-                    reason="pinning needs Linux and two usable cores")
+@LINUX_TWO_CORES
 def test_blas_threads_remade_during_a_call_are_not_pinned():
     # the BLAS's thread count is set around a call; OpenBLAS remakes its threads in that call
-    # when they are down (after a fork), and a thread made by the pinned caller kept its core
+    # when a fork shut them down, and threads made by the pinned caller kept its core for good
+    # (NumPy's and SciPy's OpenBLAS, seen in the full suite)
     done = subprocess.run([sys.executable, "-c", FORK_THEN_CALL], capture_output=True,
                           text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "[]", f"threads left pinned: {done.stdout}"
-
-
-def _pinned_threads(allowed: set) -> dict[int, set]:
-    """This process's threads whose affinity is not ``allowed``: thread id → its cores."""
-    pinned = {}
-    for tid in map(int, os.listdir("/proc/self/task")):
-        try:
-            cpus = os.sched_getaffinity(tid)
-        except ProcessLookupError:  # a thread that ended meanwhile
-            continue
-        if cpus != allowed:
-            pinned[tid] = cpus
-    return pinned
-
-
-def test_workers_each_get_a_core_for_the_call_and_the_caller_its_own_back():
-    # the scheduler left both workers on one vCPU for most of a call (engine/threads.py)
-    from qkv.engine import threads
-
-    before = os.sched_getaffinity(0)
-    seen: dict[int, set] = {}
-
-    def work(worker_id, _item):
-        seen.setdefault(worker_id, set()).update(os.sched_getaffinity(0))
-        sum(range(20000))  # long enough that the helper takes items too
-
-    threads.run(work, list(range(64)), 2)
-    assert os.sched_getaffinity(0) == before  # the caller's mask is restored
-    # and no thread keeps a pinned core. Polled, bounded: in the full suite another test's
-    # thread (a server's, say) may be inside a call of its own, pinned until it ends
-    pinned = _pinned_threads(before)
-    deadline = time.monotonic() + 5
-    while pinned and time.monotonic() < deadline:
-        time.sleep(0.05)
-        pinned = _pinned_threads(before)
-    assert not pinned
-    for cpus in seen.values():
-        assert len(cpus) == 1 and cpus <= before
-    if len(seen) == 2:
-        assert seen[0] != seen[1]  # distinct cores
-    # and an error inside the items restores it too
-    with pytest.raises(ZeroDivisionError):
-        threads.run(lambda w, i: 1 / 0, list(range(8)), 2)
-    assert os.sched_getaffinity(0) == before
 
 
 @needs_numba

@@ -103,18 +103,25 @@ def test_large_heads_on_default_tiles_and_both_workers(workers, blas):
         assert_same_bits(both(q, k, v, TILED, workers, blas, mask=mask))
 
 
+def padded_garbage(seed: int, lengths, stale_v: float):
+    """q (3, 2, 40, 16) and k, v (3, 2, 50, 16) float32 whose keys past each batch element's
+    length hold huge finite values: k = 1e30 (scores of ~1e31) and v = ``stale_v``."""
+    rng = np.random.default_rng(seed)
+    q = rng.standard_normal((3, 2, 40, 16)).astype(np.float32)
+    k, v = (rng.standard_normal((3, 2, 50, 16)).astype(np.float32) for _ in range(2))
+    for b, n in enumerate(lengths):
+        k[b, :, n:] = 1e30
+        v[b, :, n:] = stale_v
+    return q, k, v
+
+
 @pytest.mark.parametrize("blas", BLASES)
 def test_garbage_where_it_must_not_matter(blas):
     # keys past each sequence's length hold huge finite values (scores of 1e31: any weight
     # from them would be inf), in PARTIAL tiles the step masks them before any exponential; a
     # query with no key at all gets 0 and lse = −inf; one key's head (any row stride) works
-    rng = np.random.default_rng(3)
-    q = rng.standard_normal((3, 2, 40, 16)).astype(np.float32)
-    k, v = (rng.standard_normal((3, 2, 50, 16)).astype(np.float32) for _ in range(2))
     lengths = np.array([50, 17, 0])
-    for b, n in enumerate(lengths):
-        k[b, :, n:] = 1e30
-        v[b, :, n:] = -1e30
+    q, k, v = padded_garbage(3, lengths, stale_v=-1e30)
     runs = both(q, k, v, blas=blas, mask=qkv.padding(lengths))
     assert_same_bits(runs)
     out, lse, _ = runs[0]
@@ -219,13 +226,8 @@ def test_the_fused_backward_on_default_tiles_and_both_workers(blas):
 def test_the_fused_backward_ignores_garbage_in_masked_slots(blas):
     # keys past each sequence's length hold huge finite values: dP = dO Vᵀ overflows there,
     # P is 0, so dS must be exactly 0 and no inf or NaN may reach a gradient
-    rng = np.random.default_rng(6)
-    q = rng.standard_normal((3, 2, 40, 16)).astype(np.float32)
-    k, v = (rng.standard_normal((3, 2, 50, 16)).astype(np.float32) for _ in range(2))
     lengths = np.array([50, 17, 1])
-    for b, n in enumerate(lengths):
-        k[b, :, n:] = 1e30
-        v[b, :, n:] = -3e38
+    q, k, v = padded_garbage(6, lengths, stale_v=-3e38)
     runs = both_backward(q, k, v, blas=blas, mask=qkv.padding(lengths))
     assert_same_gradients(runs)
     dq, dk, dv = runs[0][0]

@@ -61,8 +61,9 @@ def test_matches_float64_product(use, ops, accumulate, alpha):
     # out + alpha a b is a sum of K + 1 terms, and a BLAS may add them in any order: a blocked
     # GEMM adds each block of K's partial products into out, rounding at |start|'s scale each
     # time (MKL on an AMD EPYC: 2 ulps of out where a·b ≪ start, found by hypothesis). The
-    # bound of any order: (K + 1)·eps·(|start| + |alpha| Σ|a||b|), one rounding more for alpha
-    atol = (abs(float(alpha_wide)) * product_atol(a, b, a.dtype, extra=int(accumulate) + 1)
+    # bound of any order: (K + 1)·eps·(|start| + |alpha| Σ|a||b|); alpha ≠ 1 one rounding more
+    atol = (abs(float(alpha_wide)) * product_atol(a, b, a.dtype,
+                                                  extra=int(accumulate) + int(alpha != 1))
             + (np.abs(start) * (a.shape[1] + 1) * EPS[a.dtype] if accumulate else 0))
     assert (np.abs(out - exact) <= atol + np.finfo(a.dtype).tiny).all()
 

@@ -217,7 +217,8 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None, *,
     if not accumulate and alpha == 1:
         return np.matmul(a, b, out=out)
     product = np.matmul(a, b)
-    product *= product.dtype.type(alpha)
+    if alpha != 1:
+        product *= product.dtype.type(alpha)
     if out is None:
         return product
     if accumulate:
