@@ -8,6 +8,7 @@ phone, axe-core); tests/test_explore_random.py drives the far-back view at rando
 
 from __future__ import annotations
 
+import functools
 import json
 import urllib.request
 from decimal import ROUND_HALF_UP, Decimal
@@ -120,27 +121,42 @@ def sign_of(s: int) -> str:
 
 def far_first_miss(answer: dict) -> int | None:
     """The task's true answer, computed here and not by the page: the shortest lag at which the
-    shipped recency model no longer reads the event — wrong for the event's sign or for the
-    flipped one — when the answer's series has its event moved there (as the lag slider moves
-    it: ``farback_service.make_series``, a distractor on that step taken over), or None if it
-    reads it at every lag. The model is called directly, on each lag's series."""
+    shipped recency model no longer reads the event (:func:`far_reads`), or None if it reads
+    it at every lag."""
+    reads = far_reads(answer)
+    return reads.index(False) + 1 if False in reads else None
+
+
+def far_reads(answer: dict) -> tuple[bool, ...]:
+    """For each lag 1 … window, whether the shipped recency model reads the event there —
+    right for the event's sign and for the flipped one — when the answer's series has its
+    event moved to that lag (as the lag slider moves it: ``farback_service.make_series``, a
+    distractor on that step taken over). The model is called directly, on each lag's
+    series."""
+    body = answer["request"]
+    lags = body.get("distractor_lags")
+    return _reads(body["seed"], answer["event"]["sign"], None if lags is None else tuple(lags))
+
+
+@functools.cache
+def _reads(seed: int, sign: int, distractor_lags: tuple[int, ...] | None) -> tuple[bool, ...]:
+    """:func:`far_reads`, computed once per seed, sign and distractors: it does not depend on
+    the lag shown, and the tests judge many lags of one series (2 × window model calls, a
+    second or two, each time)."""
     from qkv.explore import farback_service
 
-    body = answer["request"]
-    config = farback.load_pretrained("recency").config
-    W = config.window
-    sign = answer["event"]["sign"]
-    miss = []
-    for L in range(1, W + 1):
-        dis = None if body.get("distractor_lags") is None else \
-            [d for d in body["distractor_lags"] if d != L]
+    recency = farback.load_pretrained("recency")  # loaded once: each call reads the checkpoint
+    config = recency.config
+    reads = []
+    for L in range(1, config.window + 1):
+        dis = None if distractor_lags is None else [d for d in distractor_lags if d != L]
         right = []
         for s in (sign, -sign):
-            types, sizes, signs, _ = farback_service.make_series(body["seed"], L, s, dis)
+            types, sizes, signs, _ = farback_service.make_series(seed, L, s, dis)
             x = farback.features(types[None], sizes[None], signs[None], config.n_types)
-            right.append((farback.load_pretrained("recency").predict(x)[0] == 1) == (s > 0))
-        miss.append(not all(right))
-    return miss.index(True) + 1 if any(miss) else None
+            right.append((recency.predict(x)[0] == 1) == (s > 0))
+        reads.append(all(right))
+    return tuple(reads)
 
 
 def assert_far_task(page, answer: dict, body: dict | None = None) -> None:
@@ -149,6 +165,11 @@ def assert_far_task(page, answer: dict, body: dict | None = None) -> None:
     recency average no longer reads it, and the sentence names the answers shown."""
     answer = {**answer, "request": body or far_state(page)}
     target = far_first_miss(answer)
+    # the sweep the page's verdict reads (the server's, kept between requests) is the models'
+    # on this series at every lag
+    swept, reads = answer["sweep"]["models"]["recency"]["reads"], far_reads(answer)
+    assert swept == list(reads), \
+        [lag for lag, (a, b) in enumerate(zip(swept, reads, strict=True), 1) if a != b]
     done = target is not None and answer["event"]["lag"] == target
     shown_done, text = task_shown(page, "task-far")
     assert shown_done == done, (target, answer["event"]["lag"], text)

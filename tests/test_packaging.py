@@ -114,22 +114,54 @@ def _explore_endpoints(url: str, has_safetensors: bool) -> None:
         assert {"/api/trace", "/api/seq2seq", "/api/model/neuron"} <= seen, seen
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("extra", list(EXTRAS), ids=[e or "plain" for e in EXTRAS])
-def test_the_wheel_installs_and_runs_with_each_extra_alone(wheel, tmp_path, extra):
-    """A fresh venv (no system site-packages: a missing dependency cannot hide), qkv installed
-    from the wheel with one extra (its packages from pip's cache or the index), run outside
-    the clone."""
-    home = tmp_path / "venv"
-    venv.create(home, with_pip=False)  # pip runs from outside with --python: seconds, not 10
-    python = str(home / "bin" / "python")
+def _venv_env(home: Path) -> dict[str, str]:
     # no PYTHONPATH: this checkout's src/ would make pip (and qkv) see the clone, not the wheel
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
     env["PATH"] = f"{home / 'bin'}{os.pathsep}{env.get('PATH', '')}"
-    spec = f"qkv[{extra}] @ {wheel.as_uri()}" if extra else f"qkv @ {wheel.as_uri()}"
-    done = _run([sys.executable, "-m", "pip", "--python", python, "install", "-q", spec],
-                tmp_path, env, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
+    return env
+
+
+@pytest.fixture(scope="module")
+def installs(wheel, tmp_path_factory, request):
+    """extra → (venv, its pip install still running or done), for the extras this run tests.
+
+    A fresh venv each (no system site-packages: a missing dependency cannot hide), qkv installed
+    from the wheel with that one extra (its packages from pip's cache or the index). The pips
+    run side by side, started before the first test waits for its own: a pip uses one core at
+    most and waits on the index between packages, so together they take far less than one after
+    another (and the later tests find theirs done)."""
+    this = test_the_wheel_installs_and_runs_with_each_extra_alone
+    asked = [item.callspec.params["extra"] for item in request.session.items
+             if getattr(item, "function", None) is this]
+    started = {}
+    for extra in asked:
+        home = tmp_path_factory.mktemp(f"venv-{extra or 'plain'}")
+        venv.create(home, with_pip=False)  # pip runs from outside with --python: seconds, not 10
+        spec = f"qkv[{extra}] @ {wheel.as_uri()}" if extra else f"qkv @ {wheel.as_uri()}"
+        # --no-compile: byte-compiling every installed module (SciPy's, NumPy's, …) was most of
+        # an install's time; what the tests run compiles the modules it imports, as Python
+        # always does (and pip never fails an install on a module that does not compile)
+        with open(home / "pip.log", "w") as log:  # a file: a full pipe would stall pip
+            started[extra] = home, subprocess.Popen(
+                [sys.executable, "-m", "pip", "--python", str(home / "bin" / "python"),
+                 "install", "-q", "--no-compile", spec], cwd=home, env=_venv_env(home),
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+    yield started
+    for _, pip in started.values():
+        if pip.poll() is None:  # a test stopped before waiting for its install
+            pip.kill()
+        pip.wait()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("extra", list(EXTRAS), ids=[e or "plain" for e in EXTRAS])
+def test_the_wheel_installs_and_runs_with_each_extra_alone(installs, tmp_path, extra):
+    """The wheel installed with one extra in a fresh venv (:func:`installs`), run outside the
+    clone."""
+    home, pip = installs[extra]
+    assert pip.wait(timeout=600) == 0, (home / "pip.log").read_text()[-3000:]
+    python = str(home / "bin" / "python")
+    env = _venv_env(home)
     work = tmp_path / "work"  # outside the clone
     work.mkdir()
     where = _run([python, "-c", "import qkv; print(qkv.__file__)"], work, env)

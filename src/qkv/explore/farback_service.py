@@ -11,7 +11,9 @@ Imported lazily by the app: an install without the checkpoints answers 503 with 
 
 from __future__ import annotations
 
+import copy
 import threading
+from functools import lru_cache
 
 import numpy as np
 
@@ -24,6 +26,7 @@ _curves: dict[str, dict] = {}
 SMALL_SIZE = (0.1, 1.0)  # the sampler's small trades
 BLOCK_SIZE = (3.0, 8.0)  # its distractor blocks
 BIG = 3.0  # a trade of size ≥ this is a block trade
+SWEEPS = 32  # sweeps kept (:func:`sweep`): a few kilobytes each
 
 
 class FarbackUnavailable(Unavailable):
@@ -106,7 +109,18 @@ def sweep(seed: int, event_sign=None, distractor_lags=None) -> dict:
     step taken over by the event), once with the event's sign and once with it flipped: each
     model's P(+), whether it is right, and whether it *reads* the event there — right for both
     signs (a model that answers the same whatever the event's sign is right for one of them by
-    luck, not by reading it)."""
+    luck, not by reading it).
+
+    A copy of an answer kept for the last SWEEPS inputs: the sweep does not depend on the lag
+    shown, and running the three models over its 2 × window series takes seconds (the GRU most
+    of them), which every step of the lag slider would otherwise wait for again."""
+    lags = None if distractor_lags is None else tuple(distractor_lags)
+    return copy.deepcopy(_sweep(seed, event_sign, lags))
+
+
+@lru_cache(maxsize=SWEEPS)
+def _sweep(seed: int, event_sign, distractor_lags: tuple[int, ...] | None) -> dict:
+    """:func:`sweep`'s answer, computed; the cache's copy, never handed out to be edited."""
     from qkv.tasks import farback
 
     ms = models()

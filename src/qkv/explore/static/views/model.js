@@ -103,11 +103,15 @@ function renderThumbs() {
         state.layer = l;
         state.head = h;
         writeURL();
-        renderThumbs();
+        // only the selection moves: every thumbnail still shows its head's weights (drawing
+        // them all again cost each click a canvas per head), and the one picked keeps the focus
+        $$("canvas.thumb").forEach((thumb) => {
+          const on = thumb === canvas;
+          thumb.classList.toggle("selected", on);
+          thumb.setAttribute("aria-pressed", String(on));
+        });
         renderHeat();
         loadNeuron();
-        const again = $(`[data-testid="thumb-${l}-${h}"]`);
-        if (again) again.focus();
         announce(`layer ${l}, head ${h} shown`);
       };
       canvas.addEventListener("click", pick);
