@@ -88,6 +88,7 @@ def profile(model, sentences: list[str], batch_size: int) -> None:
     flops = 2 * tokens * c.n_layers * (4 * c.d_model * c.d_model + 2 * c.d_model * c.d_ff)
     print(f"  the encoder's GEMMs: {flops / 1e9:.0f} GFLOP on {tokens} token rows (padding "
           f"included), {flops / 1e9 / shares.get('GEMMs', 1):.0f} GFLOP/s under cProfile")
+    gemms_alone(c, rows=batch_size * 21, flops=flops)
     x = np.random.default_rng(0).standard_normal((64 * 21, c.d_ff)).astype(np.float32)
     for name, fn in (("compiled", activations.gelu), ("scipy", activations.numpy_gelu)):
         fn(x)
@@ -101,6 +102,50 @@ def profile(model, sentences: list[str], batch_size: int) -> None:
         times[name] = min(_timed(fn, x) for _ in range(5)) / x.size * 1e9
     print("  GELU with the feed-forward's bias: " + ", ".join(
         f"{name} {t:.2f} ns an element" for name, t in times.items()))
+
+
+def gemms_alone(c, rows: int, flops: float) -> None:
+    """The encoder's GEMM shapes alone on one thread — ``rows`` token rows (a batch) by each
+    weight, on the GEMM the encoder's layers use and on torch's ``linear`` — and the time the
+    encoder's ``flops`` take at qkv's rate: the part of ``encode`` no other change can cut."""
+    import threadpoolctl
+
+    from qkv.engine import current, gemm
+
+    use = current().resolved_gemm()
+    rng = np.random.default_rng(2)
+    shapes = [(c.d_model, c.d_model), (c.d_model, c.d_ff), (c.d_ff, c.d_model)]
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    ours, theirs = [], []
+    with threadpoolctl.threadpool_limits(1, "blas"):
+        for d_in, d_out in shapes:
+            x = rng.standard_normal((rows, d_in), dtype=np.float32)
+            w = rng.standard_normal((d_in, d_out), dtype=np.float32)
+            work = 2 * rows * d_in * d_out
+            gemm.matmul(x, w, use=use)
+            ours.append(work / min(_timed(lambda a, w=w: gemm.matmul(a, w, use=use), x)
+                                   for _ in range(20)))
+            if torch is not None:
+                threads = torch.get_num_threads()
+                torch.set_num_threads(1)
+                xt, wt = torch.from_numpy(x), torch.from_numpy(np.ascontiguousarray(w.T))
+                torch.nn.functional.linear(xt, wt)
+                theirs.append(work / min(_timed(
+                    lambda a, wt=wt: torch.nn.functional.linear(a, wt), xt)
+                                         for _ in range(20)))
+                torch.set_num_threads(threads)
+    names = [f"{a}→{b}" for a, b in shapes]
+    print(f"  the same GEMMs alone, {rows} rows, one thread ({use}): " + ", ".join(
+        f"{n} {r / 1e9:.0f}" for n, r in zip(names, ours, strict=True)) + " GFLOP/s" + (
+        "; torch's linear: " + ", ".join(f"{r / 1e9:.0f}" for r in theirs) if theirs else ""))
+    # a layer's FLOP by shape: q, k, v and o are d → d, the feed-forward d → d_ff → d
+    share = np.array([4 * c.d_model * c.d_model, c.d_model * c.d_ff, c.d_ff * c.d_model], float)
+    rate = 1 / float(np.sum(share / share.sum() / np.array(ours)))
+    print(f"  at that rate ({rate / 1e9:.0f} GFLOP/s) the encoder's GEMMs take {flops / rate:.2f} "
+          f"s on one core, {flops / rate / 2:.2f} s on two")
 
 
 def _timed(fn, x) -> float:
