@@ -22,7 +22,11 @@ READY = "qkv explore: serving on "
 def bind(host: str, port: int) -> socket.socket:
     """A listening TCP socket on (host, port); OSError names the address if it is taken."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY only on sockets whose proto says TCP (the
+    # accepted ones inherit it). Without it Nagle's algorithm holds a response's second write
+    # (uvicorn sends headers and body apart) until the client's delayed ACK: ~40 ms per request
+    # on a kept-alive connection, every slider step.
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host.strip("[]"), port))
