@@ -4,6 +4,10 @@ with --model FOLDER, a local transformers model's). Every number on the page is 
 
 The server binds to 127.0.0.1 (this machine only) unless --host says otherwise, and works
 offline: the page and its assets ship inside the package. Stop it with Ctrl-C.
+
+For a room: --classroom listens on this machine's network address, prints a join code, the
+address to open (with the code) and its QR code, and answers only browsers that have shown the
+code; the heavy views take turns, fairly between learners.
 """
 
 from __future__ import annotations
@@ -17,8 +21,16 @@ HELP = "open a local web explorer of queries, keys, values, scale, masks and Min
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=int, default=8765,
                         help="port to listen on (default 8765; 0 picks a free one)")
-    parser.add_argument("--host", default="127.0.0.1",
-                        help="address to listen on (default 127.0.0.1: this machine only)")
+    parser.add_argument("--host", default=None,
+                        help="address to listen on (default 127.0.0.1: this machine only; "
+                             "with --classroom, this machine's network address)")
+    parser.add_argument("--classroom", action="store_true",
+                        help="serve a room: listen on this machine's network address, print a "
+                             "join code with the address and a QR code to open, answer only "
+                             "browsers that have shown the code, and share the heavy views' "
+                             "work fairly between learners")
+    parser.add_argument("--access-log", action="store_true",
+                        help="print a line per request (never the join code)")
     parser.add_argument("--no-browser", action="store_true",
                         help="do not open a web browser, just print the address")
     parser.add_argument("--model", metavar="FOLDER",
@@ -47,9 +59,21 @@ def run(args: argparse.Namespace) -> int:
         except ModelFilesError as exc:
             print(f"qkv explore: {exc}", file=sys.stderr)
             return 2
+    host = args.host
+    if host is None:
+        host = "127.0.0.1"
+        if args.classroom:
+            from qkv.explore.classroom import NoLanAddress, lan_address
+
+            try:
+                host = lan_address()
+            except NoLanAddress as exc:
+                print(f"qkv explore: {exc}", file=sys.stderr)
+                return 2
     try:
-        serve(args.host, args.port, open_browser=not args.no_browser, model_folder=args.model,
-              hf=args.hf)
+        serve(host, args.port, open_browser=not args.no_browser,
+              model_folder=args.model, hf=args.hf, classroom=args.classroom,
+              access_log=args.access_log)
     except OSError as exc:
         print(f"qkv explore: {exc}", file=sys.stderr)
         return 2

@@ -41,7 +41,9 @@ from . import (
     projections,
     seq2seq_service,
 )
+from .classroom import Classroom
 from .errors import InputError, describe_validation_errors
+from .fairqueue import FairService
 from .gpt_schemas import (
     GPTGenerateRequest,
     GPTGenerateResponse,
@@ -55,6 +57,7 @@ from .gpt_schemas import (
     GPTWhereResponse,
 )
 from .hosts import LOOPBACK_HOSTS, HostCheck
+from .joincode import JoinGate
 from .lesson_schemas import (
     CurvesRequest,
     FarbackCurvesResponse,
@@ -134,16 +137,20 @@ def asset_type(path: str) -> str | None:
 
 
 def create_app(allowed_hosts: list[str] | None = None,
-               model_service: ModelService | None = None) -> FastAPI:
+               model_service: ModelService | None = None,
+               classroom: Classroom | None = None) -> FastAPI:
     """The explorer app. ``allowed_hosts``: Host header values accepted (loopback names by
-    default); ``model_service``: where MiniLM comes from (lazy by default)."""
+    default); ``model_service``: where MiniLM comes from (lazy by default); ``classroom``: a
+    join code to ask for, and a fair queue for the heavy endpoints (``GET /api/queue``)."""
     # No /docs or /redoc: FastAPI's pages load Swagger/ReDoc from a CDN, and this app is offline.
     app = FastAPI(title="qkv explore", version=qkv.__version__,
                   description="softmax(Q Kᵀ/√d_k) V, computed by qkv, for a page to draw.",
                   docs_url=None, redoc_url=None)
     static = _read_static()
     models = model_service or ModelService()
-    app.add_middleware(BodyLimits)  # innermost: the body, read in full, bounded
+    if classroom is not None:  # innermost: a heavy request waits its turn, body in hand
+        app.add_middleware(FairService, queue=classroom.queue)
+    app.add_middleware(BodyLimits)  # the body, read in full, bounded
 
     def post_paths() -> set[str]:
         return {r.path for r in app.routes if "POST" in (getattr(r, "methods", None) or ())}
@@ -159,6 +166,8 @@ def create_app(allowed_hosts: list[str] | None = None,
                               "Content-Type: application/json", "errors": []})
         return await call_next(request)
 
+    if classroom is not None:  # nothing is answered before the join code (or its cookie)
+        app.add_middleware(JoinGate, code=classroom.code, guesses=classroom.guesses)
     app.add_middleware(HostCheck, allowed_hosts=allowed_hosts or LOOPBACK_HOSTS)
 
     @app.middleware("http")

@@ -13,10 +13,13 @@ import threading
 import webbrowser
 
 from .app import create_app
+from .classroom import Classroom, join_url, print_banner
 from .hosts import allowed_hosts_for, is_loopback
+from .joincode import redact_logs
 from .limits import timed_h11_protocol
 
 READY = "qkv explore: serving on "
+CLASSROOM_CONNECTIONS = 1000  # connections (and requests) at once before uvicorn answers 503
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -61,10 +64,13 @@ def warm_measured() -> None:
 
 
 def serve(host: str = "127.0.0.1", port: int = 8765, open_browser: bool = True,
-          model_folder: str | None = None, hf: bool = False) -> None:
+          model_folder: str | None = None, hf: bool = False, classroom: bool = False,
+          access_log: bool = False) -> None:
     """Serve the explorer until interrupted (Ctrl-C). ``model_folder``: a local transformers
     model folder for the model view instead of MiniLM (``hf``: through transformers even when
-    qkv's own MiniLM could read it)."""
+    qkv's own MiniLM could read it). ``classroom``: a join code, printed with its address and
+    QR code, and fair service of the heavy endpoints (:mod:`qkv.explore.classroom`).
+    ``access_log``: a line per request on stdout (never with the join code)."""
     import functools
 
     import uvicorn
@@ -73,23 +79,34 @@ def serve(host: str = "127.0.0.1", port: int = 8765, open_browser: bool = True,
 
     sock = bind(host, port)
     url = url_of(sock, host)
-    if not is_loopback(host):
+    room = Classroom() if classroom else None
+    if room is not None:
+        print_banner(url, room.code)
+    elif not is_loopback(host):
         print(f"qkv explore: warning: listening on {host}, so other machines can reach this "
-              "server; use the default --host 127.0.0.1 to keep it to this machine",
-              file=sys.stderr)
+              "server; use the default --host 127.0.0.1 to keep it to this machine, or "
+              "--classroom to admit only those given its join code", file=sys.stderr)
     service = None
     if model_folder is not None or hf:
         service = ModelService(loader=functools.partial(load_folder, model_folder, hf))
-    app = create_app(allowed_hosts=allowed_hosts_for(host), model_service=service)
-    # h11 with a deadline on request headers; bodies are bounded in time by BodyLimits.
-    config = uvicorn.Config(app, http=timed_h11_protocol(), log_level="warning",
-                            access_log=False, lifespan="off", limit_concurrency=200,
+    app = create_app(allowed_hosts=allowed_hosts_for(host), model_service=service,
+                     classroom=room)
+    # h11 with a deadline on request headers; bodies are bounded in time by BodyLimits. A
+    # room's browsers each keep up to 6 connections open: 30 learners need more than 200.
+    config = uvicorn.Config(app, http=timed_h11_protocol(),
+                            log_level="info" if access_log else "warning",
+                            access_log=access_log, lifespan="off",
+                            limit_concurrency=CLASSROOM_CONNECTIONS if room else 200,
                             timeout_keep_alive=5)
+    if room is not None:  # after uvicorn configured its loggers (in Config)
+        redact_logs(room.code)
     server = uvicorn.Server(config)
     threading.Thread(target=warm_measured, name="qkv-explore-warm", daemon=True).start()
     print(READY + url, flush=True)
     if open_browser:
-        threading.Timer(0.5, webbrowser.open, args=(url,)).start()
+        # a classroom's teacher joins too: their browser opens the address with the code
+        shown = join_url(url, room.code) if room is not None else url
+        threading.Timer(0.5, webbrowser.open, args=(shown,)).start()
     try:
         server.run(sockets=[sock])
     finally:
