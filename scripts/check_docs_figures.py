@@ -14,7 +14,7 @@ two runs of `qkv bench` showed on this machine: up to 29% per case), or within t
 runs the doc gives ("6.8–8.5"), widened by 30%; time slopes within ±0.15. --update rewrites the
 timings (and the load averages printed beside them) in the docs with this run's, and leaves
 every exact figure alone: a difference there is a finding. Runs marked long (gpt-vs-torch's
-2,000 steps, the 1,048,576-token ring, seeds.md's longer far-back runs) run only with --long or
+2,000 steps, the 1,048,576-token ring, lesson.md's longer far-back runs) run only with --long or
 by name.
 
 Each command runs as the doc prints it, in a temporary folder (its out/): the repository's

@@ -326,7 +326,7 @@ def _signed(x: float) -> str:
 
 
 def _wall(anchor_command: str) -> Callable[[Output], Cell]:
-    """The run's wall time in seeds.md's table of the three claims."""
+    """The run's wall time in lesson.md's table of the three claims."""
     pattern = rf"`{re.escape(anchor_command)}`[^|]*\| ([^|\n]+?) \|"
     return lambda o: Cell(prose=pattern, anchor="| claim | command |",
                           measured=_duration(o.seconds), kind="timing")
@@ -356,11 +356,11 @@ FARBACK_RULES = {"latest block trade": "rule: sign of the latest block trade",
                  "latest type-0 trade": "rule: sign of the latest type-0 trade",
                  **{f"EMA λ={lam}": f"rule: sign of an EMA of signed size, λ = {lam}"
                     for lam in ("0.9", "0.99", "0.999")}}
-FARBACK_PROGRESS_STEPS = (50, 100, 150, 200, 300, 600)  # the rows of seeds.md's reach table
+FARBACK_PROGRESS_STEPS = (50, 100, 150, 200, 300, 600)  # the rows of lesson.md's reach table
 
 
 def _chance(lags) -> str:
-    """A "chance from" bucket as seeds.md writes it: "16–31", "1", or "never"."""
+    """A "chance from" bucket as lesson.md writes it: "16–31", "1", or "never"."""
     return "never" if lags is None else (f"{lags[0]}–{lags[1]}" if lags[1] > lags[0]
                                          else str(lags[0]))
 
@@ -384,7 +384,7 @@ def _farback_rows(header: list[str], entries: dict[str, dict], rows: dict[str, s
 
 def farback_cells(o: Output) -> list[Cell]:
     result = json.loads((o.out / "farback.json").read_text())
-    header, _ = doc_table("docs/seeds.md", FARBACK)
+    header, _ = doc_table("docs/lesson.md", FARBACK)
     cells = [_wall("qkv train farback")(o)]
     cells += _farback_rows(header, result["models"], FARBACK_ROWS, params=True)
     rules = {name: {**rule, "parameters": 0} for name, rule in result["recency_rules"].items()}
@@ -428,10 +428,10 @@ FARBACK_GRU = ("qkv train farback --seed 0 --gru-gate-bias 3 --json out/farback-
 
 
 def farback_gru_cells(o: Output) -> list[Cell]:
-    """seeds.md's "A tuned recurrent model" table: accuracy by lag, in all, where it falls to
+    """lesson.md's "A tuned recurrent model" table: accuracy by lag, in all, where it falls to
     chance, and the tuned GRU's cost."""
     result = json.loads((o.out / "farback-gru-tuned.json").read_text())
-    header, _ = doc_table("docs/seeds.md", FARBACK_GRU)
+    header, _ = doc_table("docs/lesson.md", FARBACK_GRU)
     rows = {"attention": "attention", "gru": "GRU, update-gate bias +3",
             "recency": "recency (learned decay)"}
     cells = _farback_rows(header, result["models"], rows, params=False)
@@ -449,9 +449,9 @@ FARBACK_LAG16 = "qkv train farback --seed 0 --min-lag 16 --json out/farback-lag1
 
 
 def farback_lag16_cells(o: Output) -> list[Cell]:
-    """seeds.md's table of the models trained on far events only (lags 16–256)."""
+    """lesson.md's table of the models trained on far events only (lags 16–256)."""
     result = json.loads((o.out / "farback-lag16.json").read_text())
-    header, _ = doc_table("docs/seeds.md", FARBACK_LAG16)
+    header, _ = doc_table("docs/lesson.md", FARBACK_LAG16)
     cells = _farback_rows(header, result["models"], FARBACK_ROWS, params=False)
     for kind, row in (("recency", "recency"), ("gru", "GRU")):
         cells.append(Cell(prose=rf"final\s+training\s+loss\s+of\s+the\s+{row}\s+([\d.]+)",
@@ -465,10 +465,10 @@ FARBACK_SSM = ("qkv train farback --seed 0 --kinds ssm --json out/farback-ssm.js
 
 
 def farback_ssm_cells(o: Output) -> list[Cell]:
-    """seeds.md §2's "A selective state-space model on the same task": its row of accuracy by
+    """lesson.md §2's "A selective state-space model on the same task": its row of accuracy by
     lag, its state's size, its reach during training and its training time."""
     result = json.loads((o.out / "farback-ssm.json").read_text())
-    header, _ = doc_table("docs/seeds.md", FARBACK_SSM)
+    header, _ = doc_table("docs/lesson.md", FARBACK_SSM)
     ssm = result["models"]["ssm"]
     cells = _farback_rows(header, result["models"],
                           {"ssm": "selective state-space model (Mamba block)"}, params=True)
@@ -492,7 +492,7 @@ MQAR_COLUMNS = {"attention": "attention", "ssm-small": "state-space, small state
 
 
 def mqar_cells(o: Output) -> list[Cell]:
-    """seeds.md §4's table: parameters, state size and accuracy per (length, pairs) cell."""
+    """lesson.md §4's table: parameters, state size and accuracy per (length, pairs) cell."""
     result = json.loads((o.out / "mqar.json").read_text())
     cells = [_wall("qkv train mqar")(o)]
     for kind, column in MQAR_COLUMNS.items():
@@ -512,7 +512,7 @@ MQAR_1600 = ("qkv train mqar --seed 0 --steps 1600 --json out/mqar-1600.json "
 
 
 def mqar_1600_cells(o: Output) -> list[Cell]:
-    """seeds.md §4's shorter run: the three models after a third of the steps."""
+    """lesson.md §4's shorter run: the three models after a third of the steps."""
     models = json.loads((o.out / "mqar-1600.json").read_text())["models"]
     return [Cell(f"{r['length']}, {r['pairs']}", f"{column}, 1,600 steps",
                  f"{r['accuracy']:.3f}")
@@ -524,7 +524,7 @@ MQAR_COST = ("python -m qkv.tasks.scaling --methods 'qkv causal,selective scan' 
 
 
 def mqar_cost_cells(o: Output) -> list[Cell]:
-    """seeds.md §4's cost table: time and peak memory per sequence, and their slopes."""
+    """lesson.md §4's cost table: time and peak memory per sequence, and their slopes."""
     result = json.loads((o.out / "mqar-cost.json").read_text())
     cells = []
     for method in ("qkv causal", "selective scan"):
@@ -890,42 +890,42 @@ def induction_cells(o: Output) -> list[Cell]:
 
 RUNS = [
     Run("recall", "docs/training.md", RECALL, 0.4, recall_cells),
-    Run("scaling-memory", "docs/seeds.md", SCALING_MEMORY, 0.5, scaling_memory_cells),
-    Run("farback", "docs/seeds.md", FARBACK, 1.0, farback_cells,
+    Run("scaling-memory", "docs/lesson.md", SCALING_MEMORY, 0.5, scaling_memory_cells),
+    Run("farback", "docs/lesson.md", FARBACK, 1.0, farback_cells,
         {"farback.json": "docs/figures/farback.json", "farback.png": "docs/figures/farback.png",
          "farback-weights.png": "docs/figures/farback-weights.png",
          "farback-weights.html": "docs/figures/farback-weights.html",
          **{f"farback-{kind}.safetensors": f"src/qkv/tasks/data/farback-{kind}.safetensors"
             for kind in ("attention", "recency", "gru")}}),
-    Run("seq2seq", "docs/seeds.md", SEQ2SEQ, 4.5, seq2seq_cells,
+    Run("seq2seq", "docs/lesson.md", SEQ2SEQ, 4.5, seq2seq_cells,
         {"seq2seq.json": "docs/figures/seq2seq.json", "seq2seq.png": "docs/figures/seq2seq.png",
          "seq2seq-alignment.svg": "docs/figures/seq2seq-alignment.svg",
          "seq2seq-fixed.safetensors": "src/qkv/tasks/data/seq2seq-fixed.safetensors",
          "seq2seq-attention.safetensors": "src/qkv/tasks/data/seq2seq-attention.safetensors"}),
-    Run("farback-gru", "docs/seeds.md", FARBACK_GRU, 1.0, farback_gru_cells,
+    Run("farback-gru", "docs/lesson.md", FARBACK_GRU, 1.0, farback_gru_cells,
         {"farback-gru-tuned.json": ("docs/figures/farback-gru-tuned.json",
                                     "src/qkv/tasks/data/farback-gru-tuned.json"),
          "farback-gru-tuned.png": "docs/figures/farback-gru-tuned.png"}),
-    Run("farback-lag16", "docs/seeds.md", FARBACK_LAG16, 1.5, farback_lag16_cells,
+    Run("farback-lag16", "docs/lesson.md", FARBACK_LAG16, 1.5, farback_lag16_cells,
         {"farback-lag16.json": "docs/figures/farback-lag16.json"}),
-    Run("farback-ssm", "docs/seeds.md", FARBACK_SSM, 3.0, farback_ssm_cells,
+    Run("farback-ssm", "docs/lesson.md", FARBACK_SSM, 3.0, farback_ssm_cells,
         {"farback-ssm.json": "docs/figures/farback-ssm.json",
          "farback-ssm.png": "docs/figures/farback-ssm.png",
          "farback-ssm.safetensors": "src/qkv/tasks/data/farback-ssm.safetensors"}),
-    Run("mqar", "docs/seeds.md", MQAR, 30.0, mqar_cells,
+    Run("mqar", "docs/lesson.md", MQAR, 30.0, mqar_cells,
         {"mqar.json": ("docs/figures/mqar.json", "src/qkv/tasks/data/mqar.json"),
          "mqar.png": "docs/figures/mqar.png",
          **{f"mqar-{kind}.safetensors": f"src/qkv/tasks/data/mqar-{kind}.safetensors"
             for kind in ("attention", "ssm-small", "ssm-large")}},
         long=True),  # exact figures, but half an hour on 2 busy cores
-    Run("mqar-1600", "docs/seeds.md", MQAR_1600, 10.0, mqar_1600_cells,
+    Run("mqar-1600", "docs/lesson.md", MQAR_1600, 10.0, mqar_1600_cells,
         {"mqar-1600.json": "docs/figures/mqar-1600.json",
          "mqar-1600.png": "docs/figures/mqar-1600.png"}, long=True),
-    Run("mqar-cost", "docs/seeds.md", MQAR_COST, 1.0, mqar_cost_cells,
+    Run("mqar-cost", "docs/lesson.md", MQAR_COST, 1.0, mqar_cost_cells,
         {"mqar-cost.json": "docs/figures/mqar-cost.json",
          "mqar-cost.png": "docs/figures/mqar-cost.png"}),
     Run("ring", "docs/distributed.md", RING, 1.5, ring_cells, benchmark=True),
-    Run("scaling", "docs/seeds.md", SCALING, 1.5, scaling_time_cells,
+    Run("scaling", "docs/lesson.md", SCALING, 1.5, scaling_time_cells,
         {"scaling.json": ("docs/figures/scaling.json", "src/qkv/tasks/data/scaling.json"),
          "scaling.png": "docs/figures/scaling.png"},
         timings_only=True),

@@ -9,13 +9,13 @@ def run(*args):
                           timeout=120)
 
 
-def test_demo_agrees_with_the_seeds():
+def test_demo_agrees_with_the_lesson():
     result = run("demo")
     assert result.returncode == 0, result.stderr
     out = result.stdout
     for expected in ("0.434", "0.214", "0.351", "(1.219, 0.779)", "(1.2202, 0.7798)",
                      "[0.9997, 0.0003]", "[0.731, 0.269]", "8.00", "1.00", "(10, 10)",
-                     "All numbers agree with the seeds"):
+                     "All numbers agree with the lesson"):
         assert expected in out, expected
     assert "✗" not in out
 

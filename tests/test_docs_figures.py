@@ -235,7 +235,7 @@ def test_the_docs_figures_are_what_the_command_prints(name, tmp_path):
 @pytest.mark.parametrize("name", ["farback", "farback-gru", "farback-lag16", "farback-ssm",
                                   "seq2seq", "scaling", "mqar", "mqar-1600", "mqar-cost"])
 def test_the_tables_are_the_shipped_json_of_their_commands(name, tmp_path):
-    """docs/figures/*.json are the outputs of the commands above seeds.md's tables (written by
+    """docs/figures/*.json are the outputs of the commands above lesson.md's tables (written by
     scripts/regenerate_artefacts.py): every figure parsed from them equals the doc's."""
     for path in (Path(__file__).resolve().parents[1] / "docs/figures").glob("*.json"):
         shutil.copy(path, tmp_path)

@@ -1,12 +1,14 @@
 """End to end in headless Chromium (Debian's /usr/bin/chromium, driven by Playwright): a real
 ``qkv explore`` server, a real page, real mouse drags. Every number the page shows is checked
-against qkv; screenshots of each view are saved to docs/screenshots/ for the README."""
+against qkv; screenshots of each view go to a temporary folder (docs/screenshots/ with
+scripts/screenshots.sh)."""
 
 from __future__ import annotations
 
 import json
 import math
 import os
+import tempfile
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
@@ -21,7 +23,10 @@ from test_explore_live import cli_server
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run"]
-SCREENSHOTS = Path(__file__).resolve().parent.parent / "docs" / "screenshots"
+# Screenshots go to a temporary folder, so the suite never changes a tracked file;
+# scripts/screenshots.sh sets QKV_SCREENSHOTS=docs/screenshots to regenerate the README's.
+SCREENSHOTS = Path(os.environ.get("QKV_SCREENSHOTS")
+                   or tempfile.mkdtemp(prefix="qkv-screenshots-")).resolve()
 TIMEOUT_MS = 30_000
 
 SEED_Q = [[1.0, 0.0]]
@@ -242,7 +247,7 @@ def example_weights(page, name: str, n: int) -> tuple[list[float], list[str]]:
 
 
 def two_scores(scale: float, d_k: int = 64) -> np.ndarray:
-    """softmax([8, 0] · √(d_k/64) · scale) as qkv.explain computes it: the seed's scores at
+    """softmax([8, 0] · √(d_k/64) · scale) as qkv.explain computes it: the lesson's scores at
     d_k = 64, grown like √d_k as the scores of random vectors do."""
     keys = [[8.0 * math.sqrt(d_k / 64)], [0.0]]
     return qkv.explain([[1.0]], keys, keys, scale=scale).weights[0]
@@ -278,7 +283,7 @@ def test_scale_slider_moves_softmax_from_argmax_towards_uniform(page):
             scaled.weights[i].tolist()
         if d_k == 64:
             shot(page, "scale.png")
-    # the seeds' point: as d_k grows the raw scores grow like √d_k; unscaled, softmax hardens
+    # the lesson's point: as d_k grows the raw scores grow like √d_k; unscaled, softmax hardens
     # ([8, 0] → 0.9997 at d_k = 64) and the other key's gradient vanishes; scaled, it stays
     # at [0.731, 0.269] for every d_k
     assert {round(seen[d][0], 3) for d in seen} == {0.731}

@@ -4,7 +4,8 @@ view 7's accuracy by length. Every number shown is checked against the library (
 called directly, their held-out scores, ``scaling.slope``); every state is checked with
 tests/page_checks.py (no broken words, no stale result beside an error, nothing wider than a
 phone, axe-core); tests/test_explore_random.py drives the far-back view at random. Screenshots at
-1400 × 900 and 390 × 844 go to docs/screenshots/."""
+1400 × 900 and 390 × 844 go to the screenshot folder
+(a temporary one; docs/screenshots/ with scripts/screenshots.sh)."""
 
 from __future__ import annotations
 

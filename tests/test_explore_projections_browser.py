@@ -3,7 +3,7 @@ blended output are qkv's; each W's rotation · stretch · rotation is numpy's SV
 2 → 1 case, the learned preset's sentence and the guided task follow the numbers; both knobs of
 the "projection" preset can be grabbed; no broken words, nothing wider than a phone, no serious
 axe-core violation. (Its seeded random interactions are in tests/test_explore_random.py.)
-Screenshots go to docs/screenshots/."""
+Screenshots go to a temporary folder (docs/screenshots/ with scripts/screenshots.sh)."""
 
 from __future__ import annotations
 

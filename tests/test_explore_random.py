@@ -3,7 +3,8 @@ sliders, long and invalid inputs) in headless Chromium at phone size. After ever
 broken words and no unmarked stale result (page_checks.assert_page_clean), nothing wider than
 390 px (assert_fits), and the numbers shown are qkv's for the inputs in the URL (each view's
 verify). axe-core finds no serious or critical violation at 390 × 844 and 1400 × 900. The end
-states are saved as docs/screenshots/random-<view>-{390,1400}.png.
+states are saved in the screenshot folder (scripts/screenshots.sh: docs/screenshots/) as
+random-<view>-{390,1400}.png.
 
 A view joins by registering ``@interaction("view", verify=...)`` (see tests/page_checks.py).
 """
@@ -186,11 +187,11 @@ def verify_vectors(page) -> None:
     w = trace.weights[0]
     wins = len(w) > 1 and w[1] == w.max() and (w == w.max()).sum() == 1
     assert page.get_by_test_id("task-k1").inner_text().startswith("✓") == bool(wins)
-    # the remark about the seed's hand sums: only for the seed's own inputs
+    # the remark about the lesson's hand sums: only for the lesson's own inputs
     seeds = (q == SEED_QUERIES and k == SEED_KEYS and v == SEED_VALUES
              and scale in (None, 1 / math.sqrt(2)))
     steps = page.get_by_test_id("steps").inner_text()
-    assert ("These are the seed's inputs" in steps) == seeds
+    assert ("These are the lesson's inputs" in steps) == seeds
     assert ("(1.219, 0.779)" in steps) == seeds
     # every output label sits beside its arrow tip
     for label in page.locator("[data-testid^='label-output-']").all():
@@ -238,7 +239,7 @@ def act_vectors(page, rng: random.Random) -> str:
         return f"toggle {which}"
     if kind == "reset":
         page.get_by_test_id("reset-vectors").click()
-        return "reset to the seeds' example"
+        return "reset to the lesson's example"
     answer = rng.choice(["10 × 10", "10x1", "ten", "10, 10"])
     page.get_by_test_id("check-shape-answer").fill(answer)
     page.get_by_test_id("check-shape-run").click()
@@ -260,7 +261,7 @@ def verify_scale(page) -> None:
     s = url_state(page)
     d_k, tau = int(float(s["dk"])), float(s["tau"])
     scores = np.array([float(x) for x in s["scores"].split(",")])
-    raw = scores[:, None] * math.sqrt(d_k / 64)  # (Nk, 1): the seed's scores grown to d_k
+    raw = scores[:, None] * math.sqrt(d_k / 64)  # (Nk, 1): the lesson's scores grown to d_k
     one = np.ones((1, 1))
     scaled = qkv.explain(one, raw, raw, scale=1 / (tau * math.sqrt(d_k))).weights[0]
     unscaled = qkv.explain(one, raw, raw, scale=1 / tau).weights[0]
@@ -681,7 +682,7 @@ def test_added_queries_and_keys_do_not_pile_up(browser, server_url):  # noqa: F8
         s = url_state(page)
         heads = [tuple(p) for name in ("q", "k", "v") for p in matrix(s[name])]
         assert len(heads) == 5 + 7 + 7
-        # the seeds' q0 and k0 share (1, 0); every other head has a point of its own
+        # the lesson's q0 and k0 share (1, 0); every other head has a point of its own
         assert len(set(heads)) == len(heads) - 1, heads
         verify_vectors(page)
     finally:

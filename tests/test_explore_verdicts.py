@@ -230,7 +230,7 @@ def hard(scores, d_k: int, tau: float) -> tuple[bool, bool]:
 @pytest.mark.parametrize(("d_k", "tau"), [(64, 1.0), (64, 0.1), (1, 1.0), (22, 1.0),
                                           (1024, 1.0), (1024, 10.0), (4, 1.0), (256, 0.5)])
 def test_check_yourself_ticks_only_the_right_reason_under_numbers_that_show_it(desk, d_k, tau):
-    """The ✓ needs the seed's answer (the scale keeps softmax from a hard argmax) and numbers
+    """The ✓ needs the lesson's answer (the scale keeps softmax from a hard argmax) and numbers
     that show it: unscaled a hard argmax, scaled not. At τ = 0.1 both are hard: before, the page
     said "✓ Right … keeps the softmax from turning into a hard argmax" under a hard argmax."""
     unscaled_hard, scaled_hard = hard([8, 0], d_k, tau)

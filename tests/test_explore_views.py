@@ -2,7 +2,7 @@
 checked against qkv (projections, mistakes, cost tiles, encoder–decoder), every view passes an
 axe-core audit with no serious or critical violation, every view fits a phone (390 × 844), and
 the keyboard reaches what the mouse does. Screenshots at 1400 × 900 and 390 × 844 go to
-docs/screenshots/."""
+the screenshot folder (temporary; docs/screenshots/ with scripts/screenshots.sh)."""
 
 from __future__ import annotations
 
@@ -95,7 +95,7 @@ def open_view(page, view: str, extra: dict | None = None) -> None:
 
 # -- the first minute ----------------------------------------------------------------------------
 def test_q0_and_k0_overlap_but_both_can_be_dragged(page):
-    """The seeds' example puts q0 and k0 both at (1, 0): their handles fan out, and dragging
+    """The lesson's example puts q0 and k0 both at (1, 0): their handles fan out, and dragging
     k0's moves k0, not q0."""
     open_view(page, "vectors")
     q_box = page.get_by_test_id("handle-query-0").bounding_box()
@@ -120,7 +120,7 @@ def test_q0_and_k0_overlap_but_both_can_be_dragged(page):
 
 def test_arrow_keys_move_a_handle_and_the_exp_step_explains_4_668(page):
     open_view(page, "vectors")
-    # the exp step: e^scaled and their sum 4.669, with the seed's hand sum 4.668 explained
+    # the exp step: e^scaled and their sum 4.669, with the lesson's hand sum 4.668 explained
     exps, texts = shown_matrix(page, "exp", 1, 3)
     assert texts == [["2.0281", "1.0000", "1.6405"]]
     trace = qkv.explain([[1.0, 0.0]], [[1.0, 0.0], [0.0, 1.0], [0.7, 0.7]],

@@ -1,4 +1,4 @@
-"""The shipped far-back models against what docs/seeds.md §2 and view 8 say of them, on
+"""The shipped far-back models against what docs/lesson.md §2 and view 8 say of them, on
 held-out series: the recency average right at lag 1 and falling to chance with distance, the
 GRU right at short lags (and, trained on lags from 1, at every lag), attention flat; at lag 1
 with no distractors all three right; the scores stored in the checkpoints re-measured from the
@@ -88,7 +88,7 @@ def test_attention_is_flat_across_lags(held):
 
 
 def test_the_gru_trained_from_lag_1_holds_the_event_at_every_lag(held, models):
-    """What the shipped GRU does, as docs/seeds.md reports it: right at every lag bucket (it
+    """What the shipped GRU does, as docs/lesson.md reports it: right at every lag bucket (it
     learns to latch the event); during training its reach grew from the near lags outwards."""
     _, now = held
     assert now["gru"]["chance_from"] is None

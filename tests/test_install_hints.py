@@ -145,5 +145,5 @@ def test_demo_runs_without_rich(monkeypatch, capsys):
         monkeypatch.setitem(sys.modules, name, None)
     assert main(["demo"]) == 0
     out = capsys.readouterr().out
-    assert "All numbers agree with the seeds." in out and "[green]" not in out
+    assert "All numbers agree with the lesson." in out and "[green]" not in out
     assert "[0.9997, 0.0003]" in out and "(1.219, 0.779)" in out and "✗" not in out

@@ -166,7 +166,7 @@ def test_the_shipped_models_on_fresh_sequences_agree_with_the_json_within_sampli
 
 
 def test_the_shipped_run_shows_what_it_claims_about_the_state(shipped):
-    """The claims docs/seeds.md and view 6 make from the numbers: attention recalls well at
+    """The claims docs/lesson.md and view 6 make from the numbers: attention recalls well at
     every trained length and pair count; each state-space model falls as the pairs grow."""
     data, _ = shipped
     att = data["models"]["attention"]["cells"]
@@ -176,7 +176,7 @@ def test_the_shipped_run_shows_what_it_claims_about_the_state(shipped):
         for T in trained:
             acc = [r["accuracy"] for r in data["models"][kind]["cells"] if r["length"] == T]
             assert acc[-1] < acc[0]  # more pairs than the state holds: recall falls
-    # docs/seeds.md §4: the 16-state model holds up to 8 pairs at every length, not 16
+    # docs/lesson.md §4: the 16-state model holds up to 8 pairs at every length, not 16
     large = data["models"]["ssm-large"]["cells"]
     assert min(r["accuracy"] for r in large if r["pairs"] <= 8) >= 0.9
     assert max(r["accuracy"] for r in large if r["pairs"] >= 16) < 0.9

@@ -169,7 +169,7 @@ def test_the_wheel_installs_and_runs_with_each_extra_alone(installs, tmp_path, e
 
     demo = _run([str(home / "bin" / "qkv"), "demo"], work, env)
     assert demo.returncode == 0, demo.stderr[-3000:]
-    assert "All numbers agree with the seeds." in demo.stdout
+    assert "All numbers agree with the lesson." in demo.stdout
 
     ckpt = work / "recall.safetensors"
     recall = _run([str(home / "bin" / "qkv"), "train", "recall", "--steps", "3",

@@ -105,7 +105,7 @@ def test_trace_html_shows_the_inputs_and_the_exp_and_sum_step():
     assert row == [f"{x:.4f}" for x in [*trace.exp[0], trace.exp_sum[0]]]
     assert np.allclose(trace.exp / trace.exp_sum[:, None], trace.weights, rtol=1e-15, atol=0)
     assert np.allclose(trace.row_max + np.log(trace.exp_sum), trace.lse, rtol=1e-15, atol=0)
-    # the unshifted e^x of the seed's worked example (2.028, 1, 1.640; Σ 4.668 by hand)
+    # the unshifted e^x of the lesson's worked example (2.028, 1, 1.640; Σ 4.668 by hand)
     assert "q0's e^x are 2.0281, 1.0000, 1.6405, Σ = 4.6686" in unescape(html)
     assert "bottom-right" not in html  # no mask: no alignment sentence
 

@@ -1,4 +1,4 @@
-"""The seeds' three experiments (docs/seeds.md): gradients, data, --quick runs, determinism, the
+"""The lesson's three experiments (docs/lesson.md): gradients, data, --quick runs, determinism, the
 shipped seq2seq checkpoints, and bad arguments.
 
 The --quick thresholds are far from the measured values (attention ≥ 0.99 token accuracy on
@@ -25,7 +25,7 @@ from qkv.tasks import scaling
 from qkv.tasks import seq2seq as s2s
 
 pytest.importorskip("safetensors")
-DOCS = Path(__file__).resolve().parents[1] / "docs" / "seeds.md"
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "lesson.md"
 
 
 # -- seq2seq --------------------------------------------------------------------------------
@@ -335,7 +335,7 @@ def test_unknown_task_and_bad_scaling_arguments(capsys):
 
 # -- the docs -------------------------------------------------------------------------------
 def test_docs_python_blocks_run_and_figures_exist():
-    """docs/seeds.md: every ```python block runs as written; every figure it shows exists."""
+    """docs/lesson.md: every ```python block runs as written; every figure it shows exists."""
     doc = DOCS.read_text(encoding="utf-8")
     blocks = re.findall(r"```python\n(.*?)```", doc, flags=re.S)
     assert blocks

@@ -1,6 +1,6 @@
 """What the notebook widgets' browser tests share (tests/test_widgets_lab.py, _notebook.py,
 _marimo.py): a notebook server on loopback, Chromium on one of its pages with every request off
-loopback blocked, and the widgets' gestures — drag the seed's key k1, move q0 with ↓, click a
+loopback blocked, and the widgets' gestures — drag the lesson's key k1, move q0 with ↓, click a
 mask cell — each checked against ``qkv.explain``.
 
 - :func:`server`: a notebook server (JupyterLab, Notebook 7, marimo) started in a temporary
@@ -239,7 +239,7 @@ def vector_input(widget, testid: str) -> list[float]:
 
 
 def drag_key_and_check(page, vectors) -> tuple[list[float], qkv.Trace]:
-    """The Vectors widget ``vectors`` (the seed's example) shows qkv's weights; drag k1 to about
+    """The Vectors widget ``vectors`` (the lesson's example) shows qkv's weights; drag k1 to about
     (1.5, 1.0) and wait until it shows ``qkv.explain``'s weights and output for the new keys.
     Returns (the key as dropped, that trace)."""
     vectors.get_by_test_id("handle-key-1").wait_for()

@@ -1,13 +1,13 @@
 """Walk through softmax(Q Kᵀ / √d_k) V step by step, on the worked examples of the seed texts.
 
 1. The librarian search: one query against three keys — dot products, scaled scores, softmax
-   weights — and the blended output, checked against the numbers the seed prints.
+   weights — and the blended output, checked against the numbers the lesson prints.
 2. Why divide by √d_k: softmax([8, 0]) against softmax([1, 0]), and the spread of scores of
    random 64-dimensional vectors with and without the scale.
 3. Masks decide which pairs may attend: a causal mask, rows renormalising, a fully masked row.
 
 Every number is computed by qkv (the traces come from its float64 reference, and the kernel is
-checked against it); the seeds' printed values are shown beside them, and rounding differences
+checked against it); the lesson's printed values are shown beside them, and rounding differences
 are explained where they appear.
 """
 
@@ -17,9 +17,9 @@ import argparse
 
 import numpy as np
 
-HELP = "walk through the seeds' worked example of attention, step by step"
+HELP = "walk through the lesson's worked example of attention, step by step"
 
-# The seeds' worked example (Worked examples 1 and 2) and the numbers it prints.
+# The lesson's worked example (Worked examples 1 and 2) and the numbers it prints.
 QUERY = [[1.0, 0.0]]
 KEYS = [[1.0, 0.0], [0.0, 1.0], [0.7, 0.7]]
 VALUES = [[2.0, 0.0], [0.0, 2.0], [1.0, 1.0]]
@@ -34,7 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _agrees(value: float, printed: float) -> bool:
-    """Does ``value`` round to the seed's printed number (at the seed's precision)?"""
+    """Does ``value`` round to the lesson's printed number (at the lesson's precision)?"""
     decimals = len(f"{printed}".split(".")[1])
     return round(value, decimals) == printed
 
@@ -74,10 +74,10 @@ def run(args: argparse.Namespace) -> int:
                       f"{SEED_WEIGHTS[j]}", _check(good))
     console.print(table)
     hand = float(np.round(exps, 3).sum())
-    console.print(f"sum of exp = {exps.sum():.3f} (the seed adds the rounded values "
+    console.print(f"sum of exp = {exps.sum():.3f} (the lesson adds the rounded values "
                   f"{' + '.join(f'{e:.3f}' for e in exps)} = {hand:.3f} by hand, so it prints "
                   f"{hand:.3f}); weights = exp / sum sum to {trace.weights[0].sum():.4f}. Keys are "
-                  "numbered from 0 here, as in qkv explore and Python (the seed's k₁, k₂, k₃ are "
+                  "numbered from 0 here, as in qkv explore and Python (the lesson's k₁, k₂, k₃ are "
                   "k0, k1, k2). k0 matches best and gets the most weight, but k2, a partial "
                   "match, still earns a real share: a soft lookup.")
 
@@ -154,6 +154,6 @@ def run(args: argparse.Namespace) -> int:
     console.rule("Check yourself")
     ten = qkv.attention_weights(np.ones((10, 4)), np.ones((10, 4)))
     console.print(f"The weight matrix of 10 tokens has shape {ten.shape}: one row per query.")
-    console.print("[bold green]All numbers agree with the seeds.[/bold green]" if ok
-                  else "[bold red]Some numbers disagree with the seeds.[/bold red]")
+    console.print("[bold green]All numbers agree with the lesson.[/bold green]" if ok
+                  else "[bold red]Some numbers disagree with the lesson.[/bold red]")
     return 0 if ok else 1

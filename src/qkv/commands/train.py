@@ -1,14 +1,14 @@
 """Train attention from random initialisation in pure NumPy, and look inside what it learned.
 
-  qkv train recall    associative recall — the seeds' library search as a task: a sequence of
+  qkv train recall    associative recall — the lesson's library search as a task: a sequence of
                       (key, value) pairs and a query key; output the value stored under it.
                       W_Q, W_K, W_V start random and are learned with qkv's own backward + Adam.
   qkv train explain   for a checkpoint: one held-out query's attention weights over the pairs
                       (landing on the matching key), and over the whole held-out set how often
                       the largest weight falls on the matching key.
-  qkv train seq2seq   the seed's bottleneck: a GRU encoder–decoder with one fixed context
+  qkv train seq2seq   the lesson's bottleneck: a GRU encoder–decoder with one fixed context
                       vector vs the same model with attention, reversing random symbols;
-                      accuracy per input length (docs/seeds.md).
+                      accuracy per input length (docs/lesson.md).
   qkv train farback   one event 1 to 256 steps back in a window, among distractors: attention
                       vs a learned exponential decay vs a GRU, accuracy per lag; with
                       --kinds ssm, a selective state-space model (Mamba block) too.
@@ -61,7 +61,7 @@ def _task_help(task: str) -> dict:
             "formatter_class": argparse.RawDescriptionHelpFormatter}
 
 
-HELP = ("train attention in NumPy: associative recall, the seeds' seq2seq and far-back "
+HELP = ("train attention in NumPy: associative recall, the lesson's seq2seq and far-back "
         "experiments, MQAR against a state-space model, a character-level GPT; explain a "
         "checkpoint")
 
@@ -360,7 +360,7 @@ def run_explain(args: argparse.Namespace) -> int:
     return 0
 
 
-# -- the seeds' experiments -------------------------------------------------------------------
+# -- the lesson's experiments -------------------------------------------------------------------
 QUICK_SEQ2SEQ = {"max_len": 12, "d_hidden": 64, "d_attn": 8, "steps": 800}
 QUICK_FARBACK = {"window": 64, "steps": 200}
 QUICK_MQAR = {"train_lengths": (32,), "eval_lengths": (32, 64), "eval_pairs": (2, 4, 8),

@@ -152,7 +152,7 @@ def exp_step(trace: qkv.Trace) -> dict:
 
 
 def is_seed_example(req: TraceRequest) -> bool:
-    """Are these the seed's worked example's inputs, at its scale 1/√2 and with no mask?"""
+    """Are these the lesson's worked example's inputs, at its scale 1/√2 and with no mask?"""
     default_scale = req.scale is None or req.scale == 1 / math.sqrt(2)
     no_mask = req.mask is None or not (req.mask.presets or req.mask.overrides)
     return (req.queries == SEED_QUERIES and req.keys == SEED_KEYS and req.values == SEED_VALUES
@@ -160,8 +160,8 @@ def is_seed_example(req: TraceRequest) -> bool:
 
 
 def seed_by_hand(trace: qkv.Trace) -> dict:
-    """The seed's hand computation of its worked examples, from qkv's numbers rounded as the
-    seed rounds them (3 decimals): Σ of the rounded e^x (4.668, where the exact sum is 4.669),
+    """The lesson's hand computation of its worked examples, from qkv's numbers rounded as the
+    lesson rounds them (3 decimals): Σ of the rounded e^x (4.668, where the exact sum is 4.669),
     and the rounded weights times V ((1.219, 0.779), where the exact output is
     (1.2202, 0.7798))."""
     exp_rounded = np.round(np.exp(trace.scaled[0]), 3)  # (Nk,)
@@ -195,7 +195,7 @@ def gradient_share(weights: np.ndarray) -> list[float]:
 
 
 # A gradient w(1 − w) below this has "nearly vanished": the key's score barely learns. (At the
-# seed's [8, 0] unscaled it is 3.4e-4; at [1, 0] it is 0.197.)
+# lesson's [8, 0] unscaled it is 3.4e-4; at [1, 0] it is 0.197.)
 VANISHED = 1e-3
 
 
@@ -286,7 +286,7 @@ def scale_view(req: ScaleRequest) -> dict:
     """View 3: softmax of scores that grow with d_k, with and without 1/(τ·√d_k), and random
     vectors.
 
-    ``scores`` are given at ``reference_d_k`` (the seed's [8, 0] at d_k = 64: a key one standard
+    ``scores`` are given at ``reference_d_k`` (the lesson's [8, 0] at d_k = 64: a key one standard
     deviation, 8 = √64, above another). Dot products of random vectors spread like √d_k, so at
     another d_k the raw scores are ``scores · √(d_k / reference_d_k)``: unscaled, softmax gets
     harder as d_k grows; divided by √d_k, it stays the same. They are laid out as one 1-d query

@@ -137,7 +137,7 @@ class ProjectionFactors(BaseModel):
 
 
 class ProjectionShapes(BaseModel):
-    """Each matrix's shape as the seeds write them, e.g. "8 × 2 (n × d_k)"."""
+    """Each matrix's shape as the lesson writes them, e.g. "8 × 2 (n × d_k)"."""
 
     X: str
     Q: str

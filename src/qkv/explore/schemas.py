@@ -109,14 +109,14 @@ class MaskSpec(_Strict):
 
 
 # -- view 2: vectors ------------------------------------------------------------------------------
-# The second seed's worked examples 1 and 2: q = (1, 0) against three keys, then their values.
+# The lesson's worked examples 1 and 2: q = (1, 0) against three keys, then their values.
 SEED_QUERIES = [[1.0, 0.0]]
 SEED_KEYS = [[1.0, 0.0], [0.0, 1.0], [0.7, 0.7]]
 SEED_VALUES = [[2.0, 0.0], [0.0, 2.0], [1.0, 1.0]]
 
 
 class TraceRequest(_Strict):
-    """Queries, keys and values typed or dragged by the user (the seeds' example by default)."""
+    """Queries, keys and values typed or dragged by the user (the lesson's example by default)."""
 
     queries: Vectors = SEED_QUERIES
     keys: Vectors = SEED_KEYS
@@ -151,7 +151,7 @@ class TraceRequest(_Strict):
 
 # -- view 3: scale -------------------------------------------------------------------------------
 class ScaleRequest(_Strict):
-    """The seeds' two scores [8, 0] at d_k = 64 (or others), grown like √d_k as for random
+    """The lesson's two scores [8, 0] at d_k = 64 (or others), grown like √d_k as for random
     vectors, and random d_k-dimensional vectors."""
 
     scores: Annotated[list[Number], Field(min_length=2, max_length=MAX_TOKENS)] = [8.0, 0.0]
@@ -244,14 +244,14 @@ class ExpStep(BaseModel):
 
 
 class SeedByHand(BaseModel):
-    """The seed's worked examples 1 and 2 as it computes them by hand, from rounded numbers:
-    sent only when the inputs are the seed's own, so the page's remark about why the seed
+    """The lesson's worked examples 1 and 2 as it computes them by hand, from rounded numbers:
+    sent only when the inputs are the lesson's own, so the page's remark about why the lesson
     prints 4.668 and (1.219, 0.779) appears only then."""
 
     exp_rounded: list[float] = Field(description="e^scaled of q0's row, rounded to 3 decimals")
-    sum: float = Field(description="the rounded e^x values added: the seed's 4.668")
+    sum: float = Field(description="the rounded e^x values added: the lesson's 4.668")
     weights_rounded: list[float] = Field(description="q0's weights rounded to 3 decimals")
-    output: list[float] = Field(description="the rounded weights times V: the seed's "
+    output: list[float] = Field(description="the rounded weights times V: the lesson's "
                                 "(1.219, 0.779)")
 
 
@@ -262,12 +262,12 @@ class TraceResponse(BaseModel):
     row_sums: list[float]
     d_k: int
     exp: ExpStep
-    seed: SeedByHand | None = Field(description="the seed's hand computation, only when the "
-                                    "inputs are the seed's example (else null)")
+    seed: SeedByHand | None = Field(description="the lesson's hand computation, only when the "
+                                    "inputs are the lesson's example (else null)")
 
 
 class ScaleExample(BaseModel):
-    """The seed's scores grown to d_k, with and without the scale 1/(τ·√d_k)."""
+    """The lesson's scores grown to d_k, with and without the scale 1/(τ·√d_k)."""
 
     scores: list[float] = Field(description="the scores as given, at reference_d_k")
     reference_d_k: int

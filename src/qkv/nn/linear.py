@@ -1,4 +1,4 @@
-"""Linear: y = x W + b, in the seeds' row convention (W has shape (d_in, d_out))."""
+"""Linear: y = x W + b, in the lesson's row convention (W has shape (d_in, d_out))."""
 
 from __future__ import annotations
 

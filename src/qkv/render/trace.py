@@ -73,7 +73,7 @@ def alignment(trace, index) -> str | None:
 
 def exp_note(trace, index) -> str:
     """The e^x step in words, from the first row's numbers: the shift by the row max m, and the
-    unshifted e^x the seed writes by hand (when e^m is finite)."""
+    unshifted e^x the lesson writes by hand (when e^m is finite)."""
     row_max = np.atleast_1d(trace.row_max[index])
     exp = np.atleast_2d(trace.exp[index])
     total = np.atleast_1d(trace.exp_sum[index])

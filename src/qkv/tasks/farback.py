@@ -459,7 +459,7 @@ class FarbackModel:
 def load_pretrained(kind: str = "attention") -> FarbackModel:
     """The shipped model of ``kind``: "attention", "recency" or "gru", trained by
     ``qkv train farback --seed 0 --save-dir DIR``, or "ssm", by ``SSM_COMMAND`` (with
-    ``--save-dir DIR``), copied into ``qkv/tasks/data`` (see docs/seeds.md §2); ``.metrics``
+    ``--save-dir DIR``), copied into ``qkv/tasks/data`` (see docs/lesson.md §2); ``.metrics``
     holds its held-out scores by lag. A kind whose checkpoint is not in this installation is a
     FileNotFoundError naming the kind and the command that trains it."""
     if kind not in ALL_KINDS:

@@ -1,7 +1,7 @@
 """A :class:`qkv.tasks.gpt.GPT` as a transformers GPT-2 folder: ``config.json``,
 ``model.safetensors`` with GPT-2's tensor names, and a character-level ``tokenizer.json``.
 
-GPT-2 stores its projections as ``Conv1D`` weights of shape ``(d_in, d_out)`` — the seeds' row
+GPT-2 stores its projections as ``Conv1D`` weights of shape ``(d_in, d_out)`` — the lesson's row
 convention, qkv's layout — so nothing is transposed; ``c_attn`` is W_Q, W_K, W_V side by side
 ``(C, 3C)``. The output embedding is tied to ``wte`` (``tie_word_embeddings``), so no
 ``lm_head.weight`` is written. The tokenizer maps each character to its id with no merges

@@ -302,7 +302,7 @@ class MqarModel:
 
 
 SHIPPED = DATA / "mqar.json"
-# what wrote SHIPPED and the checkpoints beside it (docs/seeds.md runs the same command)
+# what wrote SHIPPED and the checkpoints beside it (docs/lesson.md runs the same command)
 SHIPPED_COMMAND = "qkv train mqar --seed 0 --json mqar.json --plot mqar.png --save-dir DIR"
 
 
@@ -315,7 +315,7 @@ def shipped() -> dict:
 
 def load_pretrained(kind: str = "attention") -> MqarModel:
     """The shipped model of ``kind``, trained by ``qkv train mqar --seed 0 --save-dir DIR``
-    (docs/seeds.md); ``.metrics`` holds its held-out accuracy per (length, pairs)."""
+    (docs/lesson.md); ``.metrics`` holds its held-out accuracy per (length, pairs)."""
     if kind not in KINDS:
         raise ValueError(f"load_pretrained: kind must be one of {KINDS}, got {kind!r}")
     return MqarModel.load(DATA / f"mqar-{kind}.safetensors")

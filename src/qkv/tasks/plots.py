@@ -1,4 +1,4 @@
-"""Line plots for the seeds' experiments, drawn with matplotlib (the ``qkv[plot]`` extra).
+"""Line plots for the lesson's experiments, drawn with matplotlib (the ``qkv[plot]`` extra).
 
 Heat maps of attention weights are not drawn here: they go through :mod:`qkv.render`, the one
 colour scale for weights. matplotlib is imported lazily, with the non-interactive Agg backend,

@@ -1,4 +1,4 @@
-"""Associative recall: the seeds' library search as a task, solved by one learned attention layer.
+"""Associative recall: the lesson's library search as a task, solved by one learned attention layer.
 
 A sequence holds ``n_pairs`` (key, value) pairs — books with a catalogue tag and contents — and
 ends with a query key. The model must output the value stored under that key:
@@ -17,7 +17,7 @@ drawn with replacement. The model is the lookup and nothing more:
 
 MHA's W_Q, W_K, W_V start random. To solve the task the query slot's q must match the key part
 of exactly one slot's k (the matching key) and W_V must carry that slot's value part — the
-seeds' "nothing about query or key is hand-designed" made concrete. ``RecallModel.lookup``
+lesson's "nothing about query or key is hand-designed" made concrete. ``RecallModel.lookup``
 returns the query's attention weights over the slots, which after training land on the slot
 whose key matches.
 

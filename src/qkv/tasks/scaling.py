@@ -10,7 +10,7 @@ For n = min_n, 2·min_n, … max_n, one head of width d (self-attention, Nq = Nk
 - ``qkv causal``   ``qkv.attention(q, k, v, mask=qkv.causal())``: half the tiles are skipped
 - ``qkv window``   ``qkv.attention(q, k, v, mask=qkv.window(256))``: O(n · 256)
 - ``ssm scan``     a diagonal linear state-space recurrence (state 16 per channel):
-                   h_t = a ⊙ h_{t−1} + b ⊙ x_t,  y_t = Σ c ⊙ h_t   — O(n), the seed's
+                   h_t = a ⊙ h_{t−1} + b ⊙ x_t,  y_t = Σ c ⊙ h_t   — O(n), the lesson's
                    alternative, as a plain NumPy loop over t
 - ``selective scan`` (on request: ``--methods``) Mamba's S6, ``qkv.nn.SelectiveSSM`` with 16
                    states per channel: input-dependent Δ, B, C, the chunked scan, run block

@@ -309,7 +309,7 @@ def _flip(a: np.ndarray, lengths: np.ndarray) -> np.ndarray:
 
 
 def load_pretrained(kind: str = "attention") -> Seq2SeqModel:
-    """The shipped model of ``kind`` ("attention" or "fixed"), trained by docs/seeds.md's
+    """The shipped model of ``kind`` ("attention" or "fixed"), trained by docs/lesson.md's
     ``qkv train seq2seq --seed 0 … --save-dir out`` and copied here by the maintainers'
     ``python scripts/regenerate_artefacts.py seq2seq``;
     ``.metrics`` holds its held-out scores per length bucket."""

@@ -18,7 +18,7 @@ from ..engine.threads import single_threaded_blas
 from ..nn import Adam
 
 
-# -- the seeds' experiments: several models, the same batches, one runner ---------------------
+# -- the lesson's experiments: several models, the same batches, one runner ---------------------
 def cosine_lr(lr: float, step: int, steps: int) -> float:
     """The learning rate for step ``step`` (0-based): a cosine from ``lr`` down to ``lr/10``
     over ``steps`` steps, then constant."""

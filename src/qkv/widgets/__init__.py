@@ -152,7 +152,7 @@ def _checked(view: str, path: str, body: dict, state: dict) -> dict:
 class Vectors(View):
     """The vectors view: q, k, v as arrows to drag (or type), and each step of
     softmax(QKᵀ/√d_k)V from ``qkv.explain``. ``q`` (Nq, Dk), ``k`` (Nk, Dk), ``v`` (Nk, Dv);
-    the first two dimensions are drawn. Default: the seed's worked example."""
+    the first two dimensions are drawn. Default: the lesson's worked example."""
 
     def __init__(self, q=((1, 0),), k=((1, 0), (0, 1), (0.7, 0.7)), v=((2, 0), (0, 2), (1, 1)),
                  scale: float | None = None):

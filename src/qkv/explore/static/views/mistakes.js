@@ -1,4 +1,4 @@
-// View 5 · Common mistakes: the seed's three mistakes, each a toggle. The right attention and
+// View 5 · Common mistakes: the lesson's three mistakes, each a toggle. The right attention and
 // the mistaken one side by side, both computed by qkv (POST /api/mistakes).
 import { Channel } from "../core/api.js";
 import { announce, el, fmt } from "../core/dom.js";

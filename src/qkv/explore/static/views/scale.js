@@ -1,4 +1,4 @@
-// View 3 · Scale: why divide by √d_k. The seed's scores [8, 0] grown or shrunk with d_k, their
+// View 3 · Scale: why divide by √d_k. The lesson's scores [8, 0] grown or shrunk with d_k, their
 // softmax with and without the scale, the gradient left for each key, and random vectors whose
 // dot products spread like √d_k — all from qkv.explain (POST /api/scale).
 import { ApiError, Channel } from "../core/api.js";

@@ -1,4 +1,4 @@
-// View 7 · Encoder–decoder: the seeds' motivating story. The shipped seq2seq models (one with
+// View 7 · Encoder–decoder: the lesson's motivating story. The shipped seq2seq models (one with
 // cross-attention, one with a fixed context vector) reverse a typed input; their outputs and
 // weights over the input positions come from the server (POST /api/seq2seq).
 import { Channel } from "../core/api.js";

@@ -98,7 +98,7 @@ function labelSpots({ x, y, tip, anchor }) {
 
 /** Draggable handles for the arrow heads. Heads at (nearly) the same point fan out around
  * it (core/fan.js), each a visible knob with its name, so every vector stays reachable (q0 and
- * k0 both start at (1, 0) in the seeds' example). Each is a button for the keyboard: arrows
+ * k0 both start at (1, 0) in the lesson's example). Each is a button for the keyboard: arrows
  * move it. */
 function knobsOf(items) {
   const tips = items.map((item) => toPx(item.vec[0], item.vec.length > 1 ? item.vec[1] : 0));
@@ -336,7 +336,7 @@ function renderSteps(data) {
   announce(`${moved}weights of q0: ${w}; output (${t.output[0].map((x) => fmt(x, 3)).join(", ")})`);
 }
 
-/** Step 3's note: each row's sum; for the seed's own inputs only, why the seed prints 4.668. */
+/** Step 3's note: each row's sum; for the lesson's own inputs only, why the lesson prints 4.668. */
 function expNote(data) {
   const exp = data.exp;
   if (exp.shifted[0]) {
@@ -350,28 +350,33 @@ function expNote(data) {
       "(each number shown rounded)";
   }
   return `q0's row adds up to Σ = ${sum} (exactly ${fmt(exp.sum[0], 6)}). These are the ` +
-    `seed's inputs: it adds the rounded values ${seed.exp_rounded.map((x) => fmt(x, 3)).join(" + ")} ` +
+    `lesson's inputs: it adds the rounded values ${seed.exp_rounded.map((x) => fmt(x, 3)).join(" + ")} ` +
     `by hand, which is why it prints ${fmt(seed.sum, 3)}.`;
 }
 
-/** Step 5's note; for the seed's own inputs, why its worked example 2 prints other digits. */
+/** Step 5's note; for the lesson's own inputs, why its worked example 2 prints other digits. */
 function outputNote(data) {
   const seed = data.seed;
   const said = "each query's blend of the values";
   if (!seed) return said;
   const exact = data.trace.output[0].map((x) => fmt(x, 4)).join(", ");
   const hand = seed.output.map((x) => fmt(x, 3)).join(", ");
-  return `${said}. qkv's (${exact}) comes from the exact weights; the seed's worked example 2 ` +
+  return `${said}. qkv's (${exact}) comes from the exact weights; the lesson's worked example 2 ` +
     `blends the rounded weights (${seed.weights_rounded.map((x) => fmt(x, 3)).join(", ")}) ` +
     `and gets (${hand}).`;
 }
 
-// -- the librarian (seed 000's analogy), said from q0's numbers ------------------------------
+// -- the librarian (the lesson's analogy), said from q0's numbers --------------------------------
+// The lesson's own words, quoted where the page rests on them (the learner has the lesson, not
+// qkv's files).
+const LIBRARIAN_QUOTE = "“You compare your query against every book's key and get a relevance " +
+  "score for each — high for a close match, low for an unrelated book. Then you don't walk away " +
+  "with the keys — you walk away with the actual value: the book's contents.”";
 const vecText = (v, digits = 2) => `(${v.map((z) => fmt(z, digits)).join(", ")})`;
 const SHELF = 5; // more books than this: the tags and shares are listed in the tables only
 const SOFT = 0.05; // a book with at least this share counts as "still contributing"
 
-/** Seed 000's library search, one sentence per step, each written from q0's row of the trace:
+/** The lesson's library search, one sentence per step, each written from q0's row of the trace:
  * the query is what you look for, the keys are the catalogue tags, the scaled scores are the
  * relevance, the weights the shares, and the output the blend of the values you walk away with. */
 function librarian(t) {
@@ -422,7 +427,9 @@ function librarian(t) {
 
 function renderLibrarian(t) {
   $("#librarian").replaceChildren(
-    el("h3", {}, "The librarian's search (seed 000's analogy), for q0"),
+    el("h3", {}, "The librarian's search, for q0"),
+    el("blockquote", { cls: "lesson-quote" }, [
+      el("p", {}, LIBRARIAN_QUOTE), el("footer", {}, "— the lesson, “The analogy: a librarian search”")]),
     ...librarian(t).map((line, i) => el("p", { "data-testid": `librarian-${i}` }, line)));
 }
 
