@@ -48,7 +48,7 @@ def test_default_trace_is_the_seeds_worked_example(client):
     body = client.post("/api/trace", json={}).json()
     trace = body["trace"]
     assert trace == explained(SEED_Q, SEED_K, SEED_V)
-    # the seed's printed numbers, to its precision
+    # the lesson's printed numbers, to its precision
     assert [round(w, 3) for w in trace["weights"][0]] == [0.434, 0.214, 0.351]
     assert trace["scale"] == pytest.approx(1 / math.sqrt(2))
     assert body["row_sums"] == pytest.approx([1.0])
@@ -75,7 +75,7 @@ def test_scale_zero_gives_uniform_weights(client):
 # -- view 2: scale -------------------------------------------------------------------------------
 @pytest.mark.parametrize("d_k", [1, 16, 64, 1024])
 def test_scale_view_scores_grow_with_d_k_and_the_scale_undoes_it(client, d_k):
-    """The seed's argument: scores of random vectors spread like √d_k ([8, 0] at d_k = 64), so
+    """The lesson's argument: scores of random vectors spread like √d_k ([8, 0] at d_k = 64), so
     unscaled softmax gets harder as d_k grows; divided by √d_k it stays at [0.731, 0.269]."""
     body = client.post("/api/scale", json={"d_k": d_k}).json()
     example = body["example"]
@@ -90,7 +90,7 @@ def test_scale_view_scores_grow_with_d_k_and_the_scale_undoes_it(client, d_k):
     w = np.array(example["unscaled_weights"])
     assert example["unscaled_gradient"] == pytest.approx((w * (1 - w)).tolist(), abs=1e-15)
     assert example["gradient"][1] == pytest.approx(0.731 * 0.269, abs=1e-3)
-    if d_k == 64:  # the seed's numbers: softmax([8, 0]) = [0.9997, 0.0003]
+    if d_k == 64:  # the lesson's numbers: softmax([8, 0]) = [0.9997, 0.0003]
         assert [round(x, 4) for x in example["unscaled_weights"]] == [0.9997, 0.0003]
         assert example["unscaled_gradient"][1] < 4e-4
     if d_k == 1024:  # the other key's gradient nearly vanishes unscaled
@@ -445,12 +445,12 @@ def test_trace_shows_the_exp_step_with_the_seeds_rounded_sum(client):
     assert exp["exp"][0] == pytest.approx(np.exp(trace.scaled[0]).tolist(), rel=1e-15)
     assert exp["sum"][0] == pytest.approx(math.exp(trace.lse[0]), rel=1e-14)
     assert round(exp["sum"][0], 3) == 4.669
-    # the seed's hand computation, from qkv's numbers rounded as the seed rounds them
+    # the lesson's hand computation, from qkv's numbers rounded as the lesson rounds them
     seed = body["seed"]
     assert seed["exp_rounded"] == [2.028, 1.0, 1.64] and round(seed["sum"], 3) == 4.668
     assert seed["weights_rounded"] == [0.434, 0.214, 0.351]
     assert seed["output"] == pytest.approx([1.219, 0.779], abs=1e-12)
-    # any other input (or the seed's at another scale, or masked) gets no remark about the seed
+    # any other input (or the lesson's at another scale, or masked) gets no remark about the seed
     for other in ({"queries": [[1.0, 0.1]]}, {"scale": 1.0},
                   {"mask": {"presets": [{"kind": "causal"}]}}):
         assert client.post("/api/trace", json=other).json()["seed"] is None, other
@@ -521,7 +521,7 @@ def test_seq2seq_decodes_as_the_shipped_models_or_is_a_503(client):
         assert body[kind]["output"] == "".join("abcdefghijklmnop"[t] for t in out)
         assert np.array_equal(np.array(body[kind]["weights"]), np.asarray(weights, np.float64))
     bad = client.post("/api/seq2seq", json={"input": "xyz"})
-    assert bad.status_code == 422 and "not a symbol" in bad.json()["detail"]
+    assert bad.status_code == 422 and "'x', 'y', 'z' are not symbols" in bad.json()["detail"]
 
 
 @pytest.mark.parametrize(("request_", "heading", "said", "not_said"), [
@@ -546,7 +546,7 @@ def test_seq2seq_decodes_as_the_shipped_models_or_is_a_503(client):
      ["not far enough apart for its gradient to vanish"], ["vanished"]),
 ])
 def test_scale_view_words_follow_its_numbers(client, request_, heading, said, not_said):
-    """The heading and summary are written from the numbers: the seed's story ("vanishes",
+    """The heading and summary are written from the numbers: the lesson's story ("vanishes",
     "one standard deviation apart") only where the numbers show it."""
     example = client.post("/api/scale", json=request_).json()["example"]
     assert heading in example["heading"]

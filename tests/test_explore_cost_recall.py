@@ -118,10 +118,10 @@ def test_the_task_is_reachable_and_judged_by_the_library(client):
 
 
 @pytest.mark.parametrize("body, says", [
-    ({"pairs": [[3, 17], [3, 4]], "asked": [3]}, "pairs: key 3 is stored twice"),
-    ({"pairs": [[3, 17]], "asked": [9]}, "asked: key 9 is asked but no pair stores it"),
-    ({"pairs": [[99, 1]], "asked": [99]}, "pairs: a key must be a number from 1 to"),
-    ({"pairs": [[1, 99]], "asked": [1]}, "pairs: a value must be a number from 1 to"),
+    ({"pairs": [[3, 17], [3, 4]], "asked": [3]}, "pairs (key:value): key 3 is stored twice"),
+    ({"pairs": [[3, 17]], "asked": [9]}, "asked keys: key 9 is asked but no pair stores it"),
+    ({"pairs": [[99, 1]], "asked": [99]}, "pairs (key:value): a key must be a number from 1 to"),
+    ({"pairs": [[1, 99]], "asked": [1]}, "pairs (key:value): a value must be a number from 1 to"),
     ({"n_pairs": 0}, "n_pairs"),
     ({"n_pairs": 65}, "n_pairs"),
     ({"pairs": []}, "pairs"),

@@ -8,6 +8,7 @@ stays fast and works without the optional extras.
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import sys
 
@@ -29,6 +30,32 @@ def _version() -> str:
     return __version__
 
 
+def _unknown_words(parser: argparse.ArgumentParser, extra: list[str]) -> str:
+    """What a command did not understand, each unknown option with the nearest it has."""
+    options = [o for action in parser._actions for o in action.option_strings]
+    said = []
+    for i, word in enumerate(extra):
+        if not word.startswith("-"):
+            if i and extra[i - 1].startswith("-"):
+                continue  # the value of the unknown option before it
+            said.append(f"{word!r} (an argument this command does not take)")
+            continue
+        name = word.split("=", 1)[0]
+        near = difflib.get_close_matches(name, options, n=1, cutoff=0.6)
+        said.append(f"{name} (did you mean {near[0]}?)" if near else name)
+    return f"unknown option{'s' if len(said) > 1 else ''}: {'; '.join(said)}"
+
+
+def _chosen(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:
+    """The innermost command the words chose ("qkv train recall" → train's recall parser)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            chosen = getattr(args, action.dest, None)
+            if chosen in action.choices:
+                return _chosen(action.choices[chosen], args)
+    return parser
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="qkv",
@@ -46,7 +73,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # the command's own usage, not qkv's, and the nearest option it has
+        command = _chosen(parser, args)
+        command.error(_unknown_words(command, extra))
     try:
         return int(args.run(args) or 0)
     except ModuleNotFoundError as exc:  # an optional extra is missing: say which, in one line

@@ -17,6 +17,17 @@ import numpy as np
 VISIBLE = {"\n": "⏎", " ": "␣", "\t": "⇥"}
 
 
+def count(text: str) -> int:
+    """A whole number ≥ 0, or argparse's error naming the option ("argument --generate: …")."""
+    try:
+        n = int(text)
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"give a whole number of characters ≥ 0, not {text!r}")
+    return n
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("the character-level GPT (--gpt)")
     g.add_argument("--gpt", action="store_true",
@@ -26,7 +37,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="with --gpt: a checkpoint from qkv train gpt (default: the shipped one)")
     g.add_argument("--temperature", type=float, default=1.0,
                    help="with --gpt: softmax temperature of the next-character bars (default 1)")
-    g.add_argument("--generate", type=int, default=0, metavar="N",
+    g.add_argument("--generate", type=count, default=0, metavar="N",
                    help="with --gpt: append N characters one at a time through the KV cache, "
                         "showing what each head read")
     g.add_argument("--roles", action="store_true",

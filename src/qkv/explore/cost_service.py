@@ -17,9 +17,10 @@ import numpy as np
 from qkv.tasks import scaling
 
 from .errors import InputError
+from .machine_busy import OtherWork
 from .shipped import Unavailable, load_once
 
-METHODS = ("qkv dense", "qkv causal", "qkv window", "ssm scan")  # naive: in docs/seeds.md
+METHODS = ("qkv dense", "qkv causal", "qkv window", "ssm scan")  # naive: in docs/lesson.md
 LIVE_MIN_N = 64
 LIVE_FIT_FROM = 512  # the window (256) is dense below this: O(n·w) shows from here on ...
 
@@ -40,7 +41,8 @@ def live(max_n: int, budget: float, repeats: int, seed: int = 0) -> dict:
     points = {m: [] for m in METHODS}
     stopped = dict.fromkeys(METHODS)
     d, dtype = 64, np.float32
-    with _timing:
+    # one at a time (two would time each other), and whether other programs were busy
+    with _timing, OtherWork() as other:
         global _warm
         if not _warm:  # the first calls compile kernels: not part of anyone's O(n²)
             warm = scaling.make_inputs(LIVE_MIN_N, d, dtype, np.random.default_rng(seed))
@@ -68,7 +70,7 @@ def live(max_n: int, budget: float, repeats: int, seed: int = 0) -> dict:
     return {"d": d, "dtype": "float32", "window": scaling.WINDOW, "state": scaling.STATE,
             "budget_seconds": budget, "repeats": repeats, "fit_from": live_fit_from(max_n),
             "methods": [_fitted(m, points[m], live_fit_from(max_n), stopped[m])
-                        for m in METHODS]}
+                        for m in METHODS], "busy": other.said()}
 
 
 def shipped() -> dict:
@@ -164,16 +166,18 @@ def recall_answers(pairs: list[list[int]], asked: list[int]) -> dict:
     keys = [k for k, _ in pairs]
     for k, v in pairs:
         if not 1 <= k <= config.n_keys:
-            raise InputError(f"pairs: a key must be a number from 1 to {config.n_keys}, not {k}")
+            raise InputError(f"pairs (key:value): a key must be a number from 1 to "
+                             f"{config.n_keys}, not {k}")
         if not 1 <= v <= config.n_values:
-            raise InputError(f"pairs: a value must be a number from 1 to {config.n_values}, "
-                             f"not {v}")
+            raise InputError(f"pairs (key:value): a value must be a number from 1 to "
+                             f"{config.n_values}, not {v}")
     dup = next((k for k in keys if keys.count(k) > 1), None)
     if dup is not None:
-        raise InputError(f"pairs: key {dup} is stored twice; each key holds one value")
+        raise InputError(f"pairs (key:value): key {dup} is stored twice; each key holds one value")
     missing = next((k for k in asked if k not in keys), None)
     if missing is not None:
-        raise InputError(f"asked: key {missing} is asked but no pair stores it")
+        # named as the control is labelled: "asked keys"
+        raise InputError(f"asked keys: key {missing} is asked but no pair stores it")
     batch = mqar.encode(config, [tuple(p) for p in pairs], asked)
     out = []
     from qkv.engine.threads import single_threaded_blas

@@ -52,10 +52,24 @@ def load_induction():
     return load_once(_loaded, "induction", "the induction model", loader, GPTUnavailable)
 
 
+# characters that print as blank (or not at all), named so that a tab never reads as a space
+_INVISIBLE = {"\t": "a tab (⇥)", "\r": "a carriage return", "\u00a0": "a no-break space",
+              "\u200b": "a zero-width space", "\ufeff": "a byte-order mark"}
+
+
+def _named(c: str) -> str:
+    """“x” for a character that shows itself; words (a tab) or its code point otherwise."""
+    if c in _INVISIBLE:
+        return _INVISIBLE[c]
+    if not c.isprintable() or c.isspace():
+        return f"the invisible character U+{ord(c):04X}"
+    return f"“{c}”"
+
+
 def _ids(tok, prompt: str, context: int) -> np.ndarray:
     unknown = sorted(set(prompt) - set(tok.chars))
     if unknown:
-        shown = ", ".join(f"“{c}”" for c in unknown[:5])
+        shown = ", ".join(_named(c) for c in unknown[:5])
         raise InputError(f"prompt: it has characters the model never saw ({shown}); use the "
                          "letters, digits, punctuation, spaces and newlines of the Shakespeare "
                          "text it learned from")

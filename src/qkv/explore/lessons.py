@@ -1,4 +1,4 @@
-"""The explorer's teaching views beyond a single trace: the seed's common mistakes and the cost
+"""The explorer's teaching views beyond a single trace: the lesson's common mistakes and the cost
 of n × n (the projections X → Q, K, V are in :mod:`.projections`). Every weight comes from
 ``qkv.explain``; every tile classification from ``qkv.engine.block_map`` (the kernel's own).
 """
@@ -89,10 +89,12 @@ def cost(req: CostRequest) -> dict:
     from qkv import engine
 
     config = engine.current()
-    tq = req.tile_q or config.tile_q
-    tk = req.tile_k or config.tile_k
     n, d = req.n, req.d
     mask, said = cost_mask(req.mask, n)
+    # the tiles the kernel runs with: without a mask its key tiles are wider (key_tile), so the
+    # grid, the tile count and the memory row all speak of the same 512 × 1024 tile, not of two
+    tq = req.tile_q or config.tile_q
+    tk = req.tile_k or config.key_tile(mask is not None)
     grid = engine.block_map(mask, n, n, tile=(tq, tk))  # (tiles_q, tiles_k): 0 / 1 / 2
     counts = np.bincount(grid.ravel(), minlength=3)
     workers = config.workers or os.cpu_count() or 1  # None: one per core
@@ -108,7 +110,7 @@ def cost(req: CostRequest) -> dict:
     if small:
         block, in_use = [n, n], 1
     else:
-        block = [min(tq, n), min(tk if req.tile_k else config.key_tile(mask is not None), n)]
+        block = [min(tq, n), min(tk, n)]
         in_use = min(config.num_workers(n * n * 2 * d), grid.shape[0])
     output = n * (d + 1) * FLOAT32  # the output and the log-sum-exp per row
     return {

@@ -42,9 +42,13 @@ def symbols_of(text: str, n_symbols: int) -> np.ndarray:
     alphabet = LETTERS[:n_symbols]
     bad = sorted({c for c in text if c not in alphabet})
     if bad:
-        raise InputError(f"input: {''.join(bad)!r} is not a symbol of this model; write letters "
-                         f"{alphabet[0]}…{alphabet[-1]} ({n_symbols} symbols), e.g. "
-                         f"{alphabet[:8]!r}")
+        # each refused character named, then what is allowed, in the learner's words
+        named = ", ".join(repr(c) if c.strip() else repr(c).replace("' '", "a space")
+                          for c in bad)
+        verb = "is not a symbol" if len(bad) == 1 else "are not symbols"
+        raise InputError(f"input: {named} {verb} of this model. Type only the lower-case "
+                         f"letters {alphabet[0]} to {alphabet[-1]} ({n_symbols} symbols, no "
+                         f"spaces), e.g. {alphabet[:8]}")
     return np.array([alphabet.index(c) for c in text], dtype=np.int64)
 
 

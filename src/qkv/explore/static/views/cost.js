@@ -8,6 +8,8 @@ import { COLORS, heat, heatRGB, maskedRGB } from "../core/legend.js";
 import { state, writeURL } from "../core/state.js";
 
 export const name = "cost";
+// the request fields the recall controls fill, by their labels (a refusal names the control)
+export const LABELS = { pairs: "pairs (key:value)", asked: "asked keys", n_pairs: "pairs" };
 export const READS = {
   "/api/cost": ["n", "d", "mask", "entries", "flops_dense", "flops_qkv", "naive_bytes", "qkv_bytes",
     "tile", "workers", "workers_in_use", "block", "small_problem", "small_limit", "tiles.empty", "tiles.partial", "tiles.full", "tiles.total", "grid",
@@ -15,7 +17,7 @@ export const READS = {
   "/api/cost/growth": ["live.methods.method", "live.methods.points.n",
     "live.methods.points.seconds", "live.methods.slope", "live.methods.stopped",
     "live.fit_from", "live.repeats",
-    "live.budget_seconds", "shipped.methods.method", "shipped.methods.points.n",
+    "live.budget_seconds", "live.busy", "shipped.methods.method", "shipped.methods.points.n",
     "shipped.methods.points.seconds", "shipped.methods.slope", "shipped.fit_from",
     "shipped.window", "shipped.command"],
   "/api/cost/recall/curves": ["command", "per_cell", "n_keys", "n_values", "d_model", "steps",
@@ -263,6 +265,7 @@ function renderGrowth(g) {
         (Math.abs(liveD.slope - dense.slope) > 0.3 ? " Live timings of a few milliseconds " +
           "vary from run to run: time it again to see how much." : "")));
   }
+  if (g.live.busy) words.push(g.live.busy); // other programs were busy while it was timed
   $("#growth").replaceChildren(
     el("h4", {}, "Time against n: O(n²) against a linear scan"), chart, table,
     el("div", { "data-testid": "growth-words" }, words.map((w) => el("p", {}, w))));
