@@ -208,6 +208,8 @@ class GrowthRun(BaseModel):
 class LiveRun(GrowthRun):
     state: int
     budget_seconds: float
+    busy: str | None = Field(None, description="a sentence when other programs kept the "
+                             "machine busy while these were timed (or it was not measurable)")
 
 
 class ShippedRun(GrowthRun):

@@ -22,10 +22,68 @@ export class ApiError extends Error {
   }
 }
 
+// A classroom's server (qkv explore --classroom) queues the heavy requests, fairly between
+// learners. While one of this page's requests waits, GET /api/queue says how many requests
+// are ahead of it, and #queue-note shows it ("3 ahead of you"). A server without a queue
+// answers 404 there, and the page stops asking.
+const QUEUE_AFTER_MS = 400;
+const QUEUE_EVERY_MS = 1000;
+let queueServer = true;
+const inFlight = new Map(); // path → requests of this page in flight
+let queueTimer = null;
+
+function queueNote() {
+  let note = document.getElementById("queue-note");
+  if (!note) {
+    note = document.createElement("div");
+    Object.assign(note, { id: "queue-note", role: "status" });
+    note.dataset.testid = "queue-note";
+    note.hidden = true;
+    document.body.append(note);
+  }
+  return note;
+}
+
+async function pollQueue() {
+  queueTimer = null;
+  if (!queueServer || inFlight.size === 0) { queueNote().hidden = true; return; }
+  try {
+    const response = await fetch("/api/queue");
+    if (response.status === 404) { queueServer = false; queueNote().hidden = true; return; }
+    const data = await response.json();
+    const mine = (data.waiting || []).filter((w) => inFlight.has(w.path));
+    const note = queueNote();
+    if (mine.length && inFlight.size) {
+      const ahead = Math.min(...mine.map((w) => w.ahead));
+      note.textContent = `Waiting for the shared machine: ${ahead} ahead of you`;
+      note.dataset.ahead = String(ahead);
+      note.hidden = false;
+    } else {
+      note.hidden = true;
+    }
+  } catch { /* the request itself reports an unreachable server */ }
+  if (inFlight.size) queueTimer = setTimeout(pollQueue, QUEUE_EVERY_MS);
+}
+
+/** Count path's request in (+1) or out (−1); ask the queue after QUEUE_AFTER_MS in flight. */
+function track(path, delta) {
+  const n = (inFlight.get(path) || 0) + delta;
+  if (n > 0) inFlight.set(path, n); else inFlight.delete(path);
+  if (inFlight.size === 0) {
+    if (queueTimer) clearTimeout(queueTimer);
+    queueTimer = null;
+    const note = document.getElementById("queue-note");
+    if (note) note.hidden = true;
+  } else if (!queueTimer && queueServer) {
+    queueTimer = setTimeout(pollQueue, QUEUE_AFTER_MS);
+  }
+}
+
 /** The page's transport: POST body as JSON to path (GET when body is undefined); the
  * answer's JSON, or an ApiError with the server's detail. */
 async function fetchJSON(path, body) {
   let response;
+  if (body !== undefined) track(path, +1);
   try {
     response = await fetch(path, body === undefined ? {} : {
       method: "POST",
@@ -34,6 +92,8 @@ async function fetchJSON(path, body) {
     });
   } catch {
     throw new ApiError(0, "cannot reach the qkv explore server: is `qkv explore` still running?");
+  } finally {
+    if (body !== undefined) track(path, -1);
   }
   let data = null;
   try { data = await response.json(); } catch { /* not JSON: described below */ }
@@ -123,6 +183,9 @@ export class Channel {
         clearError(this.view);
         this.onResult(data, body);
       } catch (err) {
+        // 409: a classroom's queue answered this with a newer request of the learner's (from
+        // another tab) that took its place: nothing went wrong, and the newer one will draw
+        if (err.status === 409) continue;
         showError(this.view, err);
         if (this.onError) this.onError(err, body);
       } finally {
