@@ -63,7 +63,11 @@ let root;
 let last = null; // the last answer (for clicks on steps and for redrawing at a new width)
 let lastCurves = null;
 const $ = (sel) => root.querySelector(sel);
-const channel = new Channel(name, "/api/farback", render);
+const channel = new Channel(name, "/api/farback", (data, body) => {
+  // the learner's latest input wins: an answer for a lag, sign or series no longer asked for
+  // is dropped, never drawn over the slider the learner has moved on
+  if (JSON.stringify(body) === JSON.stringify(request())) render(data);
+});
 const curvesChannel = new Channel(name, "/api/farback/curves", renderCurves);
 let curvesAsked = false;
 
@@ -340,10 +344,22 @@ export function taskVerdict(d) {
       : "") + ". " + (still.length ? `Here ${still.join(" and ")} still ` +
         `${still.length === 1 ? "reads" : "read"} it.` : "Here the other two miss it as well.") };
   }
-  return { done: false, text: `Not yet. ${now}. ` + (s.reads[i]
-    ? "It still reads the event here: move it further back."
-    : "It misses the event here, but it already missed it at a shorter lag: move the event " +
-      "nearer (towards lag 1).") };
+  // the hint comes from the same oracle as the ✓: which way from here reaches the target lag
+  const here = s.reads[i] ? "It still reads the event here" : "It misses the event here";
+  return { done: false, text: `Not yet. ${now}. ` + (taskHint(d) === "further"
+    ? `${here}, and it reads it at every shorter lag too: move the event further back ` +
+      `(towards lag ${d.window}).`
+    : `${here}, but it already missed it at a shorter lag: move the event nearer (towards ` +
+      "lag 1).") };
+}
+
+/** Which way the event must move to reach the task's answer: "further" (a longer lag),
+ * "nearer" (a shorter one), or null on the answer or where there is none. From the same
+ * oracle as the ✓ (recencyFirstMiss), so following it always reaches the ✓. */
+export function taskHint(d) {
+  const target = recencyFirstMiss(d);
+  if (target === null || d.event.lag === target) return null;
+  return d.event.lag < target ? "further" : "nearer";
 }
 
 function renderTask(d) {
