@@ -106,3 +106,23 @@ def test_far_lag_slider_keeps_every_key_press(page):
     idle(page)
     assert slider.input_value() == "5"
     assert "At lag 5" in page.get_by_test_id("far-words").text_content()
+
+
+# -- view 2: the screen reader hears the vectors as they are now -------------------------------
+def test_the_live_region_never_repeats_an_earlier_move(page):
+    open_view(page, "vectors")
+    handle = page.get_by_test_id("handle-key-1")
+    handle.focus()
+    for _ in range(3):
+        page.keyboard.press("ArrowRight")
+    idle(page)
+    said = page.get_by_test_id("announce").text_content()
+    assert said.startswith("k1 is now (0.15, 1.00); weights of q0:"), said
+    page.get_by_test_id("check-shape-answer").fill("10 × 10")
+    page.get_by_test_id("check-shape-run").click()
+    idle(page)
+    page.get_by_test_id("check-shape").wait_for()
+    said = page.get_by_test_id("announce").text_content()
+    k1 = page.evaluate("""() => Object.fromEntries(new URLSearchParams(location.hash.slice(1)))""")
+    assert "k1 is now" not in said, (said, k1)
+    assert said.startswith("weights of q0:"), said

@@ -31,15 +31,25 @@ const toPx = (x, y) => [PLANE.size / 2 + x * unit, PLANE.size / 2 - y * unit];
 const snap = (z) => Math.round(Math.max(-PLANE.range, Math.min(PLANE.range, z)) * 20) / 20;
 let trace = null; // the last answer's trace
 let drag = null;
-let moved = ""; // what the keyboard just moved, said with the next result
-const channel = new Channel(name, "/api/trace", (data) => {
+let moved = null; // {kind, index} the keyboard just moved, said with the answer to its inputs
+const channel = new Channel(name, "/api/trace", (data, body) => {
   trace = data.trace;
-  renderSteps(data);
+  // an answer for inputs the learner has since changed is drawn (dragging stays smooth) but
+  // not announced: the live region speaks only of the vectors as they are now
+  renderSteps(data, JSON.stringify(body) === JSON.stringify(request()));
   renderPlane();
 });
 
+/** "k1 is now (0.15, 1.00); " for the vector the keyboard moved, read from the state now. */
+function movedWords() {
+  const vec = moved && state[NAME_OF[moved.kind]][moved.index];
+  return vec ? `${NAME_OF[moved.kind]}${moved.index} is now (${vec.map((z) => fmt(z, 2)).join(", ")}); ` : "";
+}
+
 function request() {
-  const body = { queries: state.q, keys: state.k, values: state.v };
+  // copies: the body must stay the inputs it was sent for (an answer is matched against it)
+  const copy = (rows) => rows.map((row) => row.slice());
+  const body = { queries: copy(state.q), keys: copy(state.k), values: copy(state.v) };
   const scale = String(state.scale).trim();
   if (scale !== "") body.scale = Number(scale);
   return body;
@@ -240,7 +250,7 @@ function vectorInput(kind, index, vec) {
       return;
     }
     input.classList.remove("bad");
-    moved = "";
+    moved = null;
     state[letter][index] = parsed;
     renderPlane();
     writeURL();
@@ -300,7 +310,7 @@ function step(title, note, table) {
   return el("div", { cls: "step" }, [el("h4", {}, title), el("p", { cls: "note" }, note), table]);
 }
 
-function renderSteps(data) {
+function renderSteps(data, current = true) {
   const t = data.trace;
   const dk = data.d_k;
   const isDefault = Math.abs(t.scale - 1 / Math.sqrt(dk)) < 1e-15;
@@ -332,8 +342,10 @@ function renderSteps(data) {
     $('[data-testid="check-shape"]').classList.remove("done");
     checkShown = false;
   }
+  if (!current) return;
   const w = t.weights[0].map((x) => fmt(x, 3)).join(", ");
-  announce(`${moved}weights of q0: ${w}; output (${t.output[0].map((x) => fmt(x, 3)).join(", ")})`);
+  announce(`${movedWords()}weights of q0: ${w}; output (${t.output[0].map((x) => fmt(x, 3)).join(", ")})`);
+  moved = null; // said once, with the answer to that move: a later answer never repeats it
 }
 
 /** Step 3's note: each row's sum; for the lesson's own inputs only, why the lesson prints 4.668. */
@@ -475,6 +487,7 @@ function checkShape() {
     return;
   }
   pendingCheck = [Number(found[1]), Number(found[2])];
+  moved = null; // the 10 tokens replace every vector: an earlier move's words no longer hold
   // 10 tokens around a circle: token i's key at radius 2, its query at radius 1 on the same
   // ray, its value at radius 1.5 half a step round — three rings, so no two heads coincide
   const ring = (radius, turn) => Array.from({ length: CHECK_TOKENS }, (_, i) => {
@@ -535,7 +548,7 @@ export function mount(section) {
   plane.addEventListener("pointerdown", (event) => {
     const handle = event.target.closest(".handle-group");
     if (!handle) return;
-    moved = "";
+    moved = null;
     // the head follows the pointer (a fanned-out knob's head jumps the few px to it)
     drag = { kind: handle.dataset.kind, index: Number(handle.dataset.index) };
     plane.setPointerCapture(event.pointerId);
@@ -569,8 +582,8 @@ export function mount(section) {
     if (vec.length > 1) vec[1] = snap(vec[1] + by[1] * size);
     moveVector(kind, index, vec);
     writeURL();
-    moved = `${NAME_OF[kind]}${index} is now (${vec.map((z) => fmt(z, 2)).join(", ")}); `;
-    announce(moved);
+    moved = { kind, index };
+    announce(movedWords());
   });
   $("#add-query").addEventListener("click", () => {
     state.q.push(freeVector(state.q[0].length));
