@@ -33,10 +33,12 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 import qkv
 
 from . import (
+    circuit_service,
     compute,
     cost_service,
     farback_service,
     gpt_service,
+    head_sizes,
     lessons,
     projections,
     seq2seq_service,
@@ -259,6 +261,8 @@ def create_app(allowed_hosts: list[str] | None = None,
         """View 5: the right attention and the seed's common mistakes, both computed by qkv."""
         return lessons.mistakes(req)
 
+    head_sizes.register(app, BAD_INPUT)  # view 5: d_k = d_model / heads, in real models
+
     @app.post("/api/cost", response_model=CostResponse, responses=BAD_INPUT)
     def cost(req: CostRequest) -> dict:
         """View 6: n × n sizes, work and memory; the kernel's tile classification for a mask."""
@@ -352,6 +356,8 @@ def create_app(allowed_hosts: list[str] | None = None,
     def gpt_induction(req: GPTInductionRequest) -> dict:
         """View 10: the attention-only model's phase change and its induction head."""
         return gpt_service.induction()
+
+    circuit_service.register(app, {**BAD_INPUT, **no_gpt})  # the induction model's circuit
 
     @app.post("/api/model/attentions", response_model=AttentionsResponse,
               responses={**BAD_INPUT, **NO_MODEL})

@@ -1,14 +1,22 @@
 // View 10 · A GPT: qkv's own character-level GPT (trained by `qkv train gpt`, shipped) reading
 // the past through a causal mask to predict the next character; its heads switched off one by
 // one (ablation) beside their direct pushes (attribution); head roles on random and real text;
-// and a small attention-only model growing an induction head (`qkv train induction`). Every
-// number comes from the server (POST /api/gpt/predict, /generate, /roles, /induction),
-// computed by qkv.tasks.gpt_watch; this module only draws it and writes the sentences from it.
+// and a small attention-only model growing an induction head (`qkv train induction`), live,
+// with its circuit cut apart. Every number comes from the server (POST /api/gpt/predict,
+// /generate, /roles, /where; the induction model's /induction, /circuit, /circuit/table),
+// computed by qkv.tasks.gpt_watch and qkv.tasks.circuits; the modules only draw it and write the
+// sentences from it. The heat map, bars and formatters are gpt/draw.js, the role tables
+// gpt/roles.js, the induction model gpt/induction.js and its circuit controls gpt/circuit.js;
+// their reads are declared here, in this view's READS.
 import { Channel } from "../core/api.js";
-import { PALETTE, lineChart } from "../core/chart.js";
-import { announce, el, fmt, svg } from "../core/dom.js";
+import { announce, el, fmt } from "../core/dom.js";
 import { COLORS, heat, legend } from "../core/legend.js";
 import { defineState, state, writeURL } from "../core/state.js";
+import { bar, count, heatmap, pct, points, show1, signed } from "../gpt/draw.js";
+import {
+  mount as mountInduction, setGptRoles, show as showInduction,
+} from "../gpt/induction.js";
+import { roleBlock, roleGrid } from "../gpt/roles.js";
 
 export const name = "gpt";
 export const READS = {
@@ -38,6 +46,17 @@ export const READS = {
     "random.chance_previous", "random.chance_induction", "random.what", "random.sentence",
     "random.last_space", "random.example", "random.example_weights", "random.source",
     "text.sentence"],
+  "/api/gpt/circuit": [
+    "chars", "layers", "heads", "weights", "intact_weights", "allowed", "labels", "next.chars",
+    "next.probs", "next.after", "copying.char", "copying.earlier", "copying.keys", "copying.copied",
+    "copying.weight_before", "copying.weight_after", "copying.p_before", "copying.p_after",
+    "repeat.n", "repeat.before", "repeat.after"],
+  "/api/gpt/circuit/table": [
+    "n_sequences", "half", "layers", "heads", "context", "alphabet", "threshold",
+    "base.induction", "base.copy_loss", "base.first_loss", "off.layer", "off.head",
+    "off.induction", "off.previous", "off.copy_loss", "off.first_loss", "paths.source",
+    "paths.target", "paths.input", "paths.induction", "paths.previous", "paths.copy_loss",
+    "paths.first_loss"],
 };
 
 // off: what is switched off, "L.H" for a head, "L" for a layer's whole attention
@@ -46,25 +65,9 @@ defineState("gpt", { prompt: "ROMEO.\nI will not", temperature: 1, layer: 0, hea
 
 let root;
 const $ = (sel) => root.querySelector(sel);
-const VISIBLE = { "\n": "⏎", " ": "␣", "\t": "⇥" };
-const show1 = (c) => VISIBLE[c] || c;
-const pct = (p) => `${fmt(100 * p, 1)}%`;
-/** A fall d in probability as a change in percentage points: 0.515 → "−51.5 points". */
-const points = (d) => {
-  const size = fmt(Math.abs(100 * d), 1);
-  return `${Number(size) === 0 ? "" : d > 0 ? "−" : "+"}${size} points`;
-};
-/** "+0.04", "-0.10", and "0.00" for what rounds to zero (no sign on nothing). */
-const signed = (v, digits = 2) => {
-  const s = fmt(v, digits);
-  return s.startsWith("-") || Number(s) === 0 ? s : `+${s}`;
-};
-/** "1 head", "3 heads". */
-const count = (n, one, many = `${one}s`) => `${n} ${n === 1 ? one : many}`;
 let last = null; // the last /api/gpt/predict answer
 let roles = null; // /api/gpt/roles (fixed: the model is fixed)
-let rolePick = { random: [0, 0], text: [0, 0], induction: null };
-let induction = null; // /api/gpt/induction
+let rolePick = { random: [0, 0], text: [0, 0] };
 let where = null; // /api/gpt/where for the picked head
 
 const predictChannel = new Channel(name, "/api/gpt/predict", (data) => {
@@ -83,20 +86,12 @@ const generateChannel = new Channel(name, "/api/gpt/generate", renderGeneration)
 const rolesChannel = new Channel(name, "/api/gpt/roles", (data) => {
   roles = data;
   renderRoles();
-  if (induction) renderInduction(); // its first sentence quotes these roles
+  setGptRoles(data.random); // the induction model's first sentence quotes these roles
 });
 const whereChannel = new Channel(name, "/api/gpt/where", (data) => {
   where = data;
   renderWhere();
 });
-const inductionChannel = new Channel(name, "/api/gpt/induction", (data) => {
-  induction = data;
-  renderInduction();
-}, (err) => {
-  $("#gpt-induction").replaceChildren(el("p", { cls: "note" },
-    `The attention-only model is not shown: ${err.message}`));
-});
-
 /** Ask where the picked head matters most (once per head and kind). */
 function sendWhere() {
   const g = state.gpt;
@@ -128,7 +123,7 @@ export function show() {
   sendPredict();
   sendGeneration();
   if (!roles) rolesChannel.send({});
-  if (!induction) inductionChannel.send({});
+  showInduction();
 }
 
 function sendGeneration() {
@@ -141,59 +136,6 @@ function sendGeneration() {
   }
   generateChannel.send({ prompt: g.prompt, steps: g.steps, temperature: g.temperature,
     seed: g.seed });
-}
-
-/** One head's weights as a heat map with every row and column labelled by its character, at
- * any length: a keyboard-reachable scroll region whose label bands stay pinned (sticky) while
- * the cells scroll. Masked (future) cells grey with ×, never "0". */
-function heatmap(weights, allowed, rows, cols, testid, label) {
-  const n = rows.length, m = cols.length;
-  const cell = Math.max(14, Math.min(22, Math.floor(360 / Math.max(n, m))));
-  const band = 18; // the label bands' width
-  const region = el("div", { cls: "gpt-heat", tabindex: 0, role: "region",
-    "data-testid": `${testid}-region`,
-    "aria-label": `${label}: ${count(n, "row")} × ${count(m, "column")}, each labelled with ` +
-      "its character; scroll to see them all" });
-  region.style.gridTemplateColumns = `${band}px ${m * cell}px`;
-  const cornerBox = el("div", { cls: "gpt-heat-corner" });
-  const colBand = svg("svg", { width: m * cell, height: band, cls: "gpt-heat-cols",
-    "aria-hidden": "true" });
-  const rowBand = svg("svg", { width: band, height: n * cell, cls: "gpt-heat-rows",
-    "aria-hidden": "true" });
-  cols.forEach((c, j) => {
-    const t = svg("text", { x: j * cell + cell / 2, y: band - 5, cls: "tok-label",
-      "text-anchor": "middle", "data-testid": `${testid}-col-${j}` });
-    t.textContent = show1(c);
-    colBand.append(t);
-  });
-  rows.forEach((c, i) => {
-    const t = svg("text", { x: band / 2, y: i * cell + cell * 0.72, cls: "tok-label",
-      "text-anchor": "middle", "data-testid": `${testid}-row-${i}` });
-    t.textContent = show1(c);
-    rowBand.append(t);
-  });
-  const map = svg("svg", { width: m * cell, height: n * cell, cls: "heatmap", role: "img",
-    "data-testid": testid, "aria-label": label });
-  weights.forEach((row, i) => row.forEach((w, j) => {
-    const ok = allowed ? allowed[i][j] : true;
-    const rect = svg("rect", { x: j * cell, y: i * cell, width: cell, height: cell,
-      cls: ok ? "hcell" : "hcell masked", "data-testid": `${testid}-${i}-${j}`,
-      "data-value": w, "data-allowed": ok ? "1" : "0" });
-    rect.style.fill = ok ? heat(w) : COLORS.masked;
-    const tip = svg("title");
-    tip.textContent = `“${show1(rows[i])}” (${i}) → “${show1(cols[j])}” (${j}): ` +
-      (ok ? fmt(w) : "masked: a future character");
-    rect.append(tip);
-    map.append(rect);
-    if (!ok) {
-      const mark = svg("text", { x: j * cell + cell / 2, y: i * cell + cell * 0.75,
-        cls: "mask-mark", "text-anchor": "middle", "aria-hidden": "true" });
-      mark.textContent = COLORS.masked_mark;
-      map.append(mark);
-    }
-  }));
-  region.append(cornerBox, colBand, rowBand, map);
-  return region;
 }
 
 function renderPrompt() {
@@ -251,12 +193,6 @@ function renderHeads() {
       `${masked === 1 ? "is" : "are"} masked (a key after its query). The last character ` +
       `“${show1(last.chars[n - 1])}” puts its largest weight, ${fmt(top[0], 3)}, on ` +
       `“${show1(last.chars[top[1]])}” at position ${top[1]}.`));
-}
-
-function bar(p, cls) {
-  const b = el("span", { cls: `gpt-bar ${cls}` });
-  b.style.width = `${Math.max(1, Math.round(p * 160))}px`;
-  return b;
 }
 
 function renderNext() {
@@ -380,8 +316,6 @@ function renderAblation() {
  * effect, every path) beside its direct push (attribution). */
 function renderEffects() {
   const e = last.effects, a = last.attribution;
-  const flat = e.drop.flatMap((row, l) => row.map((d, h) => [d, l, h]))
-    .sort((x, y) => y[0] - x[0]);
   const table = el("table", { cls: "gpt-grid", "data-testid": "gpt-effects" }, [
     el("caption", {}, `switched off alone: the fall in “${show1(e.char)}”'s probability ` +
       "(click one for its pattern)"),
@@ -522,55 +456,17 @@ function renderGenerationHead() {
 }
 
 // -- head roles ----------------------------------------------------------------------------
-/** A layer × head grid of "previous · induction" buttons; a click calls pick(l, h). */
-function roleGrid(set, testid, caption, pick, picked) {
-  const ind = (l, h) => (set.induction[l][h] === null ? "–" : fmt(set.induction[l][h], 2));
-  return el("table", { cls: "gpt-grid", "data-testid": testid }, [
-    el("caption", {}, caption),
-    el("tr", {}, [el("th", {}, "layer"), ...set.previous_token[0].map((_, h) =>
-      el("th", { scope: "col" }, `head ${h}`))]),
-    ...set.previous_token.map((row, l) => el("tr", {}, [el("th", { scope: "row" }, String(l)),
-      ...row.map((p, h) => {
-        const b = el("button", { type: "button", "data-testid": `${testid}-${l}-${h}`,
-          "data-prev": p, "data-induction": set.induction[l][h],
-          "aria-pressed": picked && picked[0] === l && picked[1] === h ? "true" : "false" },
-        `${fmt(p, 2)} · ${ind(l, h)}`);
-        b.style.background = heat(Math.min(1, Math.max(p, set.induction[l][h] || 0)));
-        b.style.color = Math.max(p, set.induction[l][h] || 0) > COLORS.ink_threshold
-          ? COLORS.ink_light : COLORS.ink_dark;
-        b.addEventListener("click", () => pick(l, h));
-        return el("td", {}, b);
-      })])),
-  ]);
-}
-
-function roleBlock(set, key, testid) {
-  const pick = rolePick[key];
-  const grid = roleGrid(set, testid, `on ${set.what}: previous-token · induction score ` +
-    "(click a head for its pattern)", (l, h) => { rolePick[key] = [l, h]; renderRoles(); },
-  pick);
-  const [l, h] = pick;
-  const n = set.example.length;
-  const allowed = Array.from({ length: n }, (_, i) => Array.from({ length: n }, (_, j) => j <= i));
-  return el("div", { cls: "gpt-roleset" }, [grid,
-    el("p", { "data-testid": `${testid}-sentence` }, set.sentence),
-    el("h4", { "data-testid": `${testid}-title` }, `layer ${l} · head ${h} on the first of ` +
-      `the ${set.source === "random" ? "random sequences" : "windows"} (previous-token ` +
-      `${fmt(set.previous_token[l][h], 3)}, induction ${set.induction[l][h] === null ? "–"
-        : fmt(set.induction[l][h], 3)})`),
-    heatmap(set.example_weights[l][h], allowed, set.example, set.example, `${testid}-cell`,
-      `layer ${l} head ${h} on ${set.source === "random" ? "a repeated random sequence"
-        : "a window of the validation text"}`)]);
-}
-
 function renderRoles() {
   $("#gpt-roles").replaceChildren(
     el("p", {}, "One definition on every text (Olsson et al. 2022): a head's previous-token " +
       "score is its mean weight on the character just before; its induction score, over the " +
       "characters that occurred earlier, its mean weight on the characters right after those " +
       "earlier occurrences (where an induction head looks, to copy what came next last time)."),
-    el("div", { cls: "gpt-roles-cols" }, [roleBlock(roles.random, "random", "gpt-role"),
-      roleBlock(roles.text, "text", "gpt-textrole")]));
+    el("div", { cls: "gpt-roles-cols" }, ["random", "text"].map((key) => roleBlock(
+      roles[key], key === "random" ? "gpt-role" : "gpt-textrole", rolePick[key], (l, h) => {
+        rolePick[key] = [l, h];
+        renderRoles();
+      }))));
 }
 
 /** The same scores on the learner's own prompt, so the list agrees with the pattern shown. */
@@ -602,99 +498,6 @@ function renderPromptRoles() {
     el("p", { "data-testid": "gpt-promptrole-sentence" }, sentence));
 }
 
-// -- the attention-only model and its phase change --------------------------------------------
-/** What the GPT above has, from its measured roles on the repeated random sequences. */
-function aboveSays() {
-  if (!roles) return "";
-  const r = roles.random, t = induction.threshold; // the library's INDUCTION
-  const flat = r.induction.flatMap((row, l) => row.map((v, h) => [v, l, h]))
-    .sort((a, b) => b[0] - a[0]);
-  const [v, l, h] = flat[0];
-  return v >= t
-    ? `The GPT above has ${count(flat.filter((x) => x[0] >= t).length, "head")} with an ` +
-      `induction score ≥ ${t} (strongest L${l}H${h}, ${fmt(v, 2)}).`
-    : `The GPT above has no induction head: on ${r.what}, its highest induction score is ` +
-      `L${l}H${h}'s ${fmt(v, 3)}, where uniform attention would give ` +
-      `${fmt(r.chance_induction, 3)}.`;
-}
-
-function renderInduction() {
-  const d = induction;
-  const steps = d.history.map((r) => r.step);
-  const xTicks = [0, ...[0.25, 0.5, 0.75, 1].map((f) => Math.round(f * steps[steps.length - 1]))];
-  // a little room past the last step, so its tick's label is not cut at the edge
-  const x = { label: "training step", domain: [0, 1.04 * steps[steps.length - 1]], ticks: xTicks,
-    format: (v) => String(v) };
-  const marks = d.phase.step === null ? [] : [{ x: d.phase.step, label: `step ${d.phase.step}` }];
-  const maxLoss = Math.max(...d.history.map((r) => r.val));
-  // the charts' own width is the room they have, so their 13 px text is not scaled down
-  const width = Math.max(300, Math.min(520, $("#gpt-induction").clientWidth || 520));
-  const loss = lineChart({ testid: "gpt-ind-loss", label: "held-out loss against training step",
-    width, height: 240, x,
-    y: { label: "loss (nats)", domain: [0, Math.ceil(maxLoss)], ticks: Array.from(
-      { length: Math.ceil(maxLoss) + 1 }, (_, i) => i), format: (v) => String(v) },
-    series: [
-      { name: "all positions", color: PALETTE[0], points: d.history.map((r) => ({ x: r.step,
-        y: r.val, title: `step ${r.step}: ${fmt(r.val, 3)}` })) },
-      { name: "repeated positions", color: PALETTE[1], dash: "5 3", points: d.history.map(
-        (r) => ({ x: r.step, y: r.repeat, title: `step ${r.step}: ${fmt(r.repeat, 3)}` })) }],
-    marks });
-  const score = lineChart({ testid: "gpt-ind-score", label: "head scores against training step",
-    width, height: 240, x,
-    y: { label: "score", domain: [0, 1], ticks: [0, 0.25, 0.5, 0.75, 1],
-      format: (v) => fmt(v, 2) },
-    series: [
-      { name: "best layer-1 induction score", color: PALETTE[2], points: d.history.map((r) =>
-        ({ x: r.step, y: r.induction, title: `step ${r.step}: ${fmt(r.induction, 3)}` })) },
-      { name: "best layer-0 previous-token score", color: PALETTE[3], dash: "5 3",
-        points: d.history.map((r) => ({ x: r.step, y: r.previous,
-          title: `step ${r.step}: ${fmt(r.previous, 3)}` })) }],
-    refY: { value: d.threshold, label: `induction head ≥ ${d.threshold}` }, marks });
-  const first = d.history[0], end = d.history[d.history.length - 1];
-  const ph = d.phase;
-  const sentence = (ph.step === null
-    ? `In ${d.steps} steps no layer-1 head reached an induction score of ${d.threshold}: ` +
-      `${fmt(end.induction, 3)} at the end.`
-    : `The best layer-1 induction score stayed near ${fmt(first.induction, 3)} and then ` +
-      `reached ${fmt(ph.induction_at, 3)} at step ${ph.step} (${fmt(end.induction, 3)} at ` +
-      `step ${end.step}), while the best layer-0 previous-token score rose to ` +
-      `${fmt(end.previous, 3)}.`) +
-    ` The loss on the repeated positions fell most between steps ${ph.steepest_from} and ` +
-    `${ph.steepest_to}: ${fmt(ph.repeat_from, 3)} → ${fmt(ph.repeat_to, 3)} — the phase change.`;
-  // its two roles' heads on a repeated random sequence
-  const best = (m, l) => m[l].reduce((b, v, h) => (v > m[l][b] ? h : b), 0);
-  const ind = [d.layers - 1, best(d.random.induction, d.layers - 1)];
-  const prev = [0, best(d.random.previous_token, 0)];
-  const pick = rolePick.induction || ind;
-  const set = d.random, n = set.example.length;
-  const allowed = Array.from({ length: n }, (_, i) => Array.from({ length: n }, (_, j) => j <= i));
-  const grid = roleGrid(set, "gpt-indrole", `on ${set.what}: previous-token · induction score ` +
-    "(click a head for its pattern)", (l, h) => { rolePick.induction = [l, h];
-    renderInduction(); }, pick);
-  $("#gpt-induction").replaceChildren(
-    el("p", { "data-testid": "gpt-ind-intro" }, `${aboveSays()} Olsson et al. saw induction heads form in small attention-only models, ` +
-      `suddenly, with two layers: a layer-0 head that reads the previous character feeds a ` +
-      `layer-1 head that finds the earlier copy of the current character and reads what came ` +
-      `after it. This one has ${d.layers} attention-only layers × ${d.heads} heads, ` +
-      `${d.width} wide, ${d.params.toLocaleString("en")} parameters, trained for ${d.steps} ` +
-      `steps (${fmt(d.elapsed, 0)} s of training on a shared 2-core machine) on windows of ` +
-      "text with repeats."),
-    el("div", { cls: "gpt-ind-charts" }, [loss, score]),
-    el("p", {}, ["Reproduce it: ", el("code", { "data-testid": "gpt-ind-command" }, d.command)]),
-    el("p", { "data-testid": "gpt-ind-sentence" }, sentence),
-    grid, el("p", { "data-testid": "gpt-indrole-sentence" }, set.sentence),
-    el("p", { cls: "note" }, `Its induction head is L${ind[0]}H${ind[1]} (score ` +
-      `${fmt(set.induction[ind[0]][ind[1]], 3)}); its previous-token head L${prev[0]}H${prev[1]}` +
-      ` (${fmt(set.previous_token[prev[0]][prev[1]], 3)}). In the second copy the induction ` +
-      "head's weight runs along a line one step right of the earlier copy."),
-    el("h4", { "data-testid": "gpt-indrole-title" }, `layer ${pick[0]} · head ${pick[1]} on ` +
-      "the first repeated random sequence"),
-    heatmap(set.example_weights[pick[0]][pick[1]], allowed, set.example, set.example,
-      "gpt-ind-cell", `the induction model's layer ${pick[0]} head ${pick[1]} on a repeated ` +
-      "random sequence"),
-    el("p", { "data-testid": "gpt-indtext-sentence" }, d.text.sentence));
-}
-
 export function mount(section) {
   root = section;
   const g = () => state.gpt;
@@ -710,8 +513,7 @@ export function mount(section) {
     el("div", { id: "gpt-where", "data-testid": "gpt-where" }));
   $("#gpt-roles-wrap").append(el("h4", {}, "The same scores on your prompt"),
     el("div", { id: "gpt-promptroles", "data-testid": "gpt-promptroles" }));
-  $("#gpt-roles-wrap").after(el("h3", {}, "An induction head forming: a two-layer " +
-    "attention-only model"), el("div", { id: "gpt-induction", "data-testid": "gpt-induction" }));
+  mountInduction(section, $("#gpt-roles-wrap"));
   $("#gpt-form").addEventListener("submit", (event) => {
     event.preventDefault();
     if ($("#gpt-prompt").value !== g().prompt) root.dataset.stale = "1"; // until it is answered

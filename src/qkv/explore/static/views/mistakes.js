@@ -5,12 +5,16 @@ import { announce, el, fmt } from "../core/dom.js";
 import { legend } from "../core/legend.js";
 import { state, writeURL } from "../core/state.js";
 import { matrixTable } from "../core/table.js";
+import { mount as mountDkRule, show as showDkRule } from "../lesson/dk_rule.js";
 
 export const name = "mistakes";
 export const READS = {
   "/api/mistakes": ["d_model", "d_k", "notes", "right.scale", "right.weights", "right.row_sums",
     "right.col_sums", "right.output", "wrong.scale", "wrong.weights", "wrong.row_sums",
     "wrong.col_sums", "wrong.output"],
+  "/api/heads/sizes": ["models.name", "models.here", "models.decoder", "models.layers",
+    "models.heads", "models.kv_heads", "models.d_model", "models.d_k", "models.context",
+    "models.kv_per_token", "models.source", "missing"],
 };
 
 let root;
@@ -22,6 +26,7 @@ const channel = new Channel(name, "/api/mistakes", render);
 
 export function show() {
   channel.send({ ...state.mistakes });
+  showDkRule(); // the rule behind d_k, under the mistakes
 }
 
 function render(data) {
@@ -66,6 +71,7 @@ function renderTask(data) {
 
 export function mount(section) {
   root = section;
+  mountDkRule(section);
   for (const [id, key] of TOGGLES) {
     $(id).addEventListener("change", () => {
       state.mistakes[key] = $(id).checked;
