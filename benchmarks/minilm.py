@@ -44,7 +44,7 @@ PARTS = {("_base.py", "matmul_rows"): "GEMMs", ("engine/gemm.py", None): "GEMMs"
          ("_compiled.py", "_gelu_erf32"): "GELU", ("_compiled.py", "_gelu_erf_bias32"): "GELU",
          ("activations.py", "_erf"): "GELU", ("activations.py", "numpy_gelu"): "GELU",
          ("norm.py", None): "LayerNorm", ("_compiled.py", "_layer_norm"): "LayerNorm",
-         ("engine/kernel.py", None): "attention",
+         ("engine/kernel/", None): "attention",
          ("engine/problem.py", None): "attention", ("step", "online_softmax"): "attention",
          ("tokenizer.py", None): "tokenizer", ("tokenizers.Tokenizer", None): "tokenizer"}
 

@@ -4,10 +4,10 @@
    (``_exp2_above``: clamped at 2^128, two compares) in the step's exponential pass, unmasked,
    on one cache-warm tile of 1024 keys × 512 queries;
 2. the small path's short rows: the step plane by plane against every plane's queries side by
-   side in one row (the kernel's ``_side_by_side``, both copies included) — on MiniLM's 768
+   side in one row (the kernel's ``side_by_side``, both copies included) — on MiniLM's 768
    planes of 21 × 21 scores, on 32 planes of 4096 keys × 21 queries, and on 32 planes of
    4096 × 32, where rows are whole vectors and the kernel keeps plane by plane
-   (``SIDE_BY_SIDE_BELOW``).
+   (``kernel.small.SIDE_BY_SIDE_BELOW``).
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/step_parts.py
 
@@ -22,7 +22,7 @@ import time
 import numpy as np
 from numba import njit
 
-from qkv.engine.kernel import SIDE_BY_SIDE_BELOW, _back_to_planes, _side_by_side
+from qkv.engine.kernel import small
 from qkv.engine.step import compiled
 from qkv.engine.step.compiled import FLAGS, LOG2E, _exp2_above, _exp2_nonpositive, wide_vectors
 
@@ -88,21 +88,21 @@ def short_rows(rounds: int, planes: int, keys: int, queries: int) -> None:
                                 allowed.reshape(planes, keys, queries), m, row_sum, None)
         return s, m, row_sum
 
-    def side_by_side():
+    def wide_row():
         s, (m, row_sum) = s0.copy(), state()
-        wide = _side_by_side(s, queries)
-        compiled.online_softmax(wide, _side_by_side(allowed, queries), m.reshape(1, -1),
+        wide = small.side_by_side(s, queries)
+        compiled.online_softmax(wide, small.side_by_side(allowed, queries), m.reshape(1, -1),
                                 row_sum.reshape(1, -1), None)
-        _back_to_planes(wide, s, queries)
+        small.back_to_planes(wide, s, queries)
         return s, m, row_sum
 
-    same = all(np.array_equal(a, b) for a, b in zip(by_plane(), side_by_side(), strict=True))
+    same = all(np.array_equal(a, b) for a, b in zip(by_plane(), wide_row(), strict=True))
     t_plane, t_side = [], []
     for _ in range(rounds):
         t_plane.append(timed(by_plane))
-        t_side.append(timed(side_by_side))
+        t_side.append(timed(wide_row))
     plane, side = min(t_plane) * 1e3, min(t_side) * 1e3
-    used = "side by side" if queries < SIDE_BY_SIDE_BELOW else "plane by plane"
+    used = "side by side" if queries < small.SIDE_BY_SIDE_BELOW else "plane by plane"
     print(f"step on {planes} planes of {keys} keys × {queries} queries: plane by plane "
           f"{plane:.2f} ms, side by side {side:.2f} ms with its copies ({side / plane:.2f}×; "
           f"the kernel runs {used}); same bits: {same}")

@@ -22,7 +22,7 @@ if [ $# -eq 0 ]; then
     "$PY" -m pytest -q -p no:cacheprovider \
     tests/test_attention.py tests/test_backward.py tests/test_defects.py tests/test_masks.py \
     tests/test_weights_and_explain.py tests/test_seeds.py tests/test_engine_package.py \
-    tests/test_packed_causal.py tests/test_fuzz_api.py
+    tests/test_packed_causal.py tests/test_fuzz_api.py tests/test_layouts.py
 fi
 if [ ${#failed[@]} -gt 0 ]; then
   printf 'test.sh: FAILED: %s\n' "${failed[@]}"

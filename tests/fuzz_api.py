@@ -43,7 +43,8 @@ from hypothesis import strategies as st
 
 import qkv
 from helpers import EPS, lse_atol, output_atol
-from qkv.engine import has_numba, kernel_config
+from layouts import LAYOUTS, lay
+from qkv.engine import gemm, has_numba, kernel_config
 
 CLASSES = ("correct", "clear error", "unclear error", "silent wrong", "NaN/Inf", "warning")
 FAILING = CLASSES[2:]
@@ -254,8 +255,9 @@ class Problem:
         return np.broadcast_shapes(*(np.shape(x)[:-3] for x in (self.q, self.k, self.v)))
 
     def __repr__(self):
-        arrays = ", ".join(f"{n} {np.shape(x)}" for n, x in (("q", self.q), ("k", self.k),
-                                                               ("v", self.v)))
+        arrays = ", ".join(f"{n} {np.shape(x)} strides {np.asarray(x).strides}"
+                           f"{'' if np.asarray(x).flags.aligned else ' unaligned'}"
+                           for n, x in (("q", self.q), ("k", self.k), ("v", self.v)))
         mag = float(np.nanmax(np.abs(np.where(np.isinf(self.q), 0, self.q)), initial=0))
         return (f"{np.asarray(self.q).dtype} {arrays} |q|≤{mag:.3g}, mask {_kinds(self.mask)}, "
                 f"bias {None if self.bias is None else self.bias[0]}, scale {self.scale}, "
@@ -405,7 +407,14 @@ CONFIGS = st.fixed_dictionaries({}, optional={
     "backend": st.sampled_from(["numpy", "compiled"] if has_numba() else ["numpy"]),
     "workers": st.sampled_from([1, 2]),
     "thread_min_work": st.sampled_from([0, 1 << 22]),
+    # the tile GEMMs on each BLAS this machine has (NumPy's OpenBLAS; MKL, the test extra), and
+    # the compiled tile loop switched on or off: every path runs on every machine
+    "gemm": st.sampled_from([b for b in ("numpy", "mkl") if gemm.address(np.float32, b)]
+                            or ["numpy"]),
+    "fused": st.booleans(),
 })
+# Memory layouts of every array argument (issue 48): each drawn on its own; "C" half the time
+LAYOUT = st.one_of(st.just("C"), st.sampled_from(LAYOUTS))
 
 
 @st.composite
@@ -495,9 +504,9 @@ def problems(draw, extreme: bool, batch_ok=True):
 
     def arr(*shape, m=1.0):
         # normal draws times m, kept inside the dtype (a float16 of 6e4 · 2.5 would be inf,
-        # which is the NaN/inf cases' business, not this one's)
+        # which is the NaN/inf cases' business, not this one's), in a memory layout of its own
         x = np.clip(rng.standard_normal(shape) * m, -top, top).astype(dtype)
-        return x[0] if two_d else x
+        return lay(x[0] if two_d else x, draw(LAYOUT))
 
     q = arr(*batch, hq, nq, dk, m=mag)
     k = arr(*batch, hkv, nk, dk, m=mag)
@@ -512,7 +521,7 @@ def problems(draw, extreme: bool, batch_ok=True):
     if bias_kind == "dense":
         shape = draw(st.sampled_from([(nq, nk), (hq, nq, nk), (*batch, hq, nq, nk)]))
         shape = shape if not two_d else (nq, nk)
-        bias = ("dense", (rng.standard_normal(shape) * 2).astype(dtype))
+        bias = ("dense", lay((rng.standard_normal(shape) * 2).astype(dtype), draw(LAYOUT)))
     elif bias_kind == "alibi" and not two_d:
         slopes = None if draw(st.booleans()) else rng.random(hq)
         aligned = batch != () and draw(st.booleans())
@@ -658,7 +667,9 @@ def weights_case(pr: Problem, rows, extreme: bool) -> Case:
 
 
 def backward_case(pr: Problem, lse_shift: float, with_dlse: bool, dbias: bool,
-                  extreme: bool, deterministic: bool = False) -> Case:
+                  extreme: bool, deterministic: bool = False, layouts=None) -> Case:
+    """``layouts``: the memory layout of out, lse, dout and dlse as handed to the backward."""
+    layouts = dict.fromkeys(("out", "lse", "dout", "dlse"), "C") | (layouts or {})
     dbias = dbias and pr.bias is not None and pr.bias[0] == "dense"
     rng = np.random.default_rng(7)
     # the backward refuses a score_mod (no derivative): the invalid cases check that
@@ -668,9 +679,10 @@ def backward_case(pr: Problem, lse_shift: float, with_dlse: bool, dbias: bool,
     def call():
         kw = pr.kwargs()
         out, lse = qkv.attention(pr.q, pr.k, pr.v, return_lse=True, **kw)
-        dout = rng.standard_normal(out.shape).astype(out.dtype)
-        dlse = rng.standard_normal(lse.shape) if with_dlse else None
-        grads = qkv.attention_backward(pr.q, pr.k, pr.v, out, lse + lse_shift, dout, dlse=dlse,
+        dout = lay(rng.standard_normal(out.shape).astype(out.dtype), layouts["dout"])
+        dlse = lay(rng.standard_normal(lse.shape), layouts["dlse"]) if with_dlse else None
+        grads = qkv.attention_backward(pr.q, pr.k, pr.v, lay(out, layouts["out"]),
+                                       lay(lse + lse_shift, layouts["lse"]), dout, dlse=dlse,
                                        return_dbias=dbias, deterministic=deterministic, **kw)
         return grads, dout, dlse
 
@@ -707,7 +719,7 @@ def backward_case(pr: Problem, lse_shift: float, with_dlse: bool, dbias: bool,
     # the forward's own lse refused would be the backward's mistake
     wrong = () if lse_shift else ("lse does not belong",)
     return Case(f"attention_backward(lse{lse_shift:+g}, dlse={with_dlse}, dbias={dbias}, "
-                f"deterministic={deterministic}): "
+                f"deterministic={deterministic}, layouts {layouts}): "
                 f"{pr!r}",
                 call, judge, extreme or bool(lse_shift) or not pr.check_finite, names,
                 wrong=wrong)
@@ -883,8 +895,12 @@ def cases(draw) -> Case:
         case = weights_case(pr, rows, extreme)
     elif kind == "backward":
         shift = draw(st.sampled_from([0.0, 0.0, 0.0, -800.0, 3.0]))
+        # out and lse keep their values (a broadcast view would change them: not theirs)
+        same_values = st.sampled_from([x for x in LAYOUTS if x != "broadcast"])
+        layouts = dict(out=draw(same_values), lse=draw(same_values), dout=draw(LAYOUT),
+                       dlse=draw(LAYOUT))
         case = backward_case(pr, shift, draw(st.booleans()), draw(st.booleans()), extreme,
-                             draw(st.booleans()))
+                             draw(st.booleans()), layouts)
     elif kind == "explain":
         case = explain_case(pr)
         case.may_fail = extreme

@@ -91,6 +91,10 @@ def grad_atols(q, k, v, dout, scale=None, bias=None) -> tuple[float, float, floa
       dk_j = scale Σ_i dS_ij q_i   — a sum over up to Nq queries: the same times Nq·|q|/|k|
       dv_j = Σ_i P_ij dout_i       — a sum over up to Nq queries: δ·Nq·|do|·Dv
     with the factor 8 of ``output_atol`` for the exp2 and accumulation rounding.
+
+    A float16 problem's backward is handed the forward's output rounded to float16 (half an ulp,
+    2^-11 relative), so Δ_i = Σ dout_i·out_i is off by up to 2^-11·Dv·|do|·|out| ≤ 2^-11·Dv·|do|·
+    |v| more: dq by scale·that·|k| and dk by scale·that·Nq·|q| (Σ_j P_ij = 1; Σ_i P_ij ≤ Nq).
     """
     dtype = np.asarray(v).dtype
     q, k, v, dout = (np.asarray(x, np.float64) for x in (q, k, v, dout))
@@ -100,8 +104,9 @@ def grad_atols(q, k, v, dout, scale=None, bias=None) -> tuple[float, float, floa
     s_bound = scale * dk_ * _max(q) * _max(k) + (0 if bias is None else _max(bias))
     delta = 8 * eps * (1 + s_bound)
     ds_bound = 2 * dv_ * _max(dout) * _max(v)
-    return (delta * scale * ds_bound * _max(k),
-            delta * scale * ds_bound * _max(q) * nq,
+    out_err = 2.0**-11 * dv_ * _max(dout) * _max(v) if dtype == np.float16 else 0.0
+    return (delta * scale * ds_bound * _max(k) + 2 * scale * out_err * _max(k),
+            delta * scale * ds_bound * _max(q) * nq + 2 * scale * out_err * _max(q) * nq,
             delta * nq * _max(dout) * dv_)
 
 

@@ -336,13 +336,13 @@ def test_blas_threads_remade_during_a_call_are_not_pinned():
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(planes=st.integers(1, 5), nk=st.integers(1, 30), nq=st.integers(1, 30),
        masked=st.booleans(), seed=st.integers(0, 2**32 - 1))
-def test_the_small_paths_side_by_side_step_has_the_bits_of_plane_by_plane(
+def test_the_small_pathsside_by_side_step_has_the_bits_of_plane_by_plane(
         backend, planes, nk, nq, masked, seed):
     # The small forward runs the step on every plane's queries side by side in one row when
-    # rows are short (kernel._side_by_side): the step is element-wise per query, so m, the
+    # rows are short (kernel.side_by_side): the step is element-wise per query, so m, the
     # sums and the weights must be bit for bit those of the step run plane by plane — with
     # garbage (huge, inf, NaN) in masked slots and rows with nothing allowed.
-    from qkv.engine.kernel import _back_to_planes, _side_by_side
+    from qkv.engine.kernel.small import back_to_planes, side_by_side
     from qkv.engine.step import aot, compiled
 
     if backend == "prebuilt" and not aot.available():
@@ -365,11 +365,11 @@ def test_the_small_paths_side_by_side_step_has_the_bits_of_plane_by_plane(
                         None if allowed is None else allowed.reshape(planes, nk, nq),
                         m1, sum1, None)
     side, (m2, sum2) = s.copy(), state()
-    wide = _side_by_side(side, nq)  # (1, Nk, planes·Nq)
+    wide = side_by_side(side, nq)  # (1, Nk, planes·Nq)
     assert wide.shape == (1, nk, planes * nq)
-    step.online_softmax(wide, _side_by_side(allowed, nq), m2.reshape(1, -1),
+    step.online_softmax(wide, side_by_side(allowed, nq), m2.reshape(1, -1),
                         sum2.reshape(1, -1), None)
-    _back_to_planes(wide, side, nq)
+    back_to_planes(wide, side, nq)
     np.testing.assert_array_equal(m2, m1)
     np.testing.assert_array_equal(sum2, sum1)
     np.testing.assert_array_equal(side, by_plane)

@@ -42,12 +42,14 @@ class TileStats:
     ``pairs[kind]`` the (query, key) pairs they held; ``paths`` counts calls by path
     ("tiled"/"small" × "compiled"/"numpy"; "tiled fused" too when the tiled forward ran its
     loops compiled whole, "tiled fused backward" when the tiled backward did). The small path
-    plans no tiles.
+    plans no tiles. ``copies[operand]`` counts the bytes copied because of an operand's memory
+    layout (:mod:`.operands`: a Fortran-ordered k copied into rows for the fused loop, say).
     """
 
     tiles: Counter = field(default_factory=Counter)
     pairs: Counter = field(default_factory=Counter)
     paths: Counter = field(default_factory=Counter)
+    copies: Counter = field(default_factory=Counter)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def add_tile(self, kind: int, pairs: int = 0) -> None:
@@ -58,6 +60,10 @@ class TileStats:
     def add_path(self, name: str) -> None:
         with self._lock:
             self.paths[name] += 1
+
+    def add_copy(self, operand: str, nbytes: int) -> None:
+        with self._lock:
+            self.copies[operand] += nbytes
 
     @property
     def computed(self) -> int:

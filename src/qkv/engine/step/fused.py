@@ -83,13 +83,32 @@ def _sgemm(typingctx, address, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb,
     return sig, codegen
 
 
+@njit(inline="always")
+def _rows(x):
+    """The row stride, in elements, of a 2-D float32 operand handed to the BLAS as a pointer and
+    a row stride: its rows must be unit-stride, aligned to the element, not overlapping and not
+    running backwards (a length-1 axis may have any stride: NumPy leaves 0 or anything there).
+    Anything else raises — the loop never reads an operand in a layout it was not told of (a
+    column-major q read as row-major was a silently wrong answer: issue 48). The kernel hands
+    every operand through :mod:`qkv.engine.operands`, which copies what does not fit."""
+    rows, cols = x.shape
+    s0, s1 = x.strides
+    if cols > 1 and s1 != 4:
+        raise ValueError("the fused loop's operand has rows that are not contiguous")
+    if rows <= 1:
+        return max(cols, 1)
+    if s0 % 4 != 0 or s0 < 4 * max(cols, 1):
+        raise ValueError("the fused loop's operand has overlapping or reversed rows")
+    return s0 // 4
+
+
 @njit(nogil=True, fastmath=FLAGS, cache=True)
 def _forward_run(q, k, v, tiles, blocks, m, row_sum, acc, buf, has_acc, floor, sgemm):
     wide_vectors()  # the step inlined below is element-wise (see compiled.WIDE)
     tq, dk = q.shape
-    dv, ldc = acc.shape  # accᵀ's rows may be wider than tq (padded: see kernel.forward)
-    # rows' strides in elements; a head of one key may have any stride (the BLAS wants ≥ D)
-    ldk, ldv = max(k.strides[0] // 4, dk), max(v.strides[0] // 4, v.shape[1])
+    dv = acc.shape[0]  # accᵀ's rows may be wider than tq (padded: see kernel.forward)
+    # every operand's row stride from its own strides, checked (see _rows)
+    ldq, ldk, ldv, ldc = _rows(q), _rows(k), _rows(v), _rows(acc)
     m_new = np.empty(tq, dtype=np.float32)
     m_ref = np.empty(tq, dtype=np.float32)
     alpha = np.empty(tq, dtype=np.float32)
@@ -100,7 +119,7 @@ def _forward_run(q, k, v, tiles, blocks, m, row_sum, acc, buf, has_acc, floor, s
         s = buf[: keys * rows].reshape((keys, rows))
         # Sᵀ (tk, tr) = K_j (tk, Dk) · Q_iᵀ: beta 0, so the buffer's old contents are never read
         _sgemm(sgemm, NO_TRANS, TRANS, keys, rows, dk, ONE, k[k0:k1].ctypes.data, ldk,
-               q[r0:r1].ctypes.data, dk, F32(0.0), s.ctypes.data, rows)
+               q[r0:r1].ctypes.data, ldq, F32(0.0), s.ctypes.data, rows)
         ok = blocks[offset: offset + keys * rows].reshape((keys, rows)) if partial else no_block
         online_softmax_plane(s, ok, partial != 0, m[r0:r1], row_sum[r0:r1], acc[:, r0:r1],
                              has_acc, floor, m_new, m_ref, alpha)
@@ -119,8 +138,10 @@ def forward_run(q, k, v, tiles, blocks, m, row_sum, acc, buf, products: bool, sg
     step keeps it; ``buf`` float32 scratch of at least the largest tile's size; ``products``
     as the step's; ``sgemm`` the address of ``cblas_sgemm``. q, acc, m, row_sum, buf, tiles
     and blocks C-contiguous; k and v float32 rows of unit stride, read-only views (the
-    caller's flags vary, a broadcast view is read-only: one signature, built ahead of time) —
-    the caller checks the strides: the GEMMs are handed pointers and row strides."""
+    caller's flags vary, a broadcast view is read-only: one signature, built ahead of time).
+    The GEMMs are handed pointers and row strides, read from each operand's own strides and
+    checked: an operand whose rows are not unit-stride raises ValueError, never a wrong answer
+    (:mod:`qkv.engine.operands` hands the loop only what it takes)."""
     has_acc = acc is not None
     _forward_run(q, k, v, tiles, blocks, m, row_sum,
                  acc if has_acc else np.zeros((1, q.shape[0]), np.float32), buf, has_acc,
@@ -173,7 +194,9 @@ def _backward_run(q, k, v, dout, lse, delta, tiles, blocks, dk, dv, dq, psum, ds
                   with_dq, floor, sgemm):
     wide_vectors()  # the steps inlined below are element-wise (see compiled.WIDE)
     dk_cols, dv_cols = q.shape[1], dout.shape[1]
-    ks0, vs0 = k.strides[0] // 4, v.strides[0] // 4  # any row stride (the BLAS is told)
+    # every operand's row stride from its own strides, checked (see _rows)
+    ks0, vs0, ldq, ldo = _rows(k), _rows(v), _rows(q), _rows(dout)
+    ld_dk, ld_dv, ld_dq = _rows(dk), _rows(dv), _rows(dq)
     no_block = blocks[:1].reshape((1, 1))
     for t in range(tiles.shape[0]):
         r0, r1, k0, k1, partial, offset = tiles[t]
@@ -184,31 +207,31 @@ def _backward_run(q, k, v, dout, lse, delta, tiles, blocks, dk, dv, dq, psum, ds
         q_i, do_i = q[r0:r1].ctypes.data, dout[r0:r1].ctypes.data
         k_j, v_j = k[k0:k1].ctypes.data, v[k0:k1].ctypes.data
         # Sᵀ (tk, tr) = K_j · (Q_i · scale)ᵀ, then Pᵀ = exp(Sᵀ − lse) recomputed in place
-        _gemm(sgemm, keys, rows, dk_cols, ONE, k_j, ks0, 1, q_i, 1, dk_cols, F32(0.0),
+        _gemm(sgemm, keys, rows, dk_cols, ONE, k_j, ks0, 1, q_i, 1, ldq, F32(0.0),
               s.ctypes.data, rows)
         ok = blocks[offset: offset + keys * rows].reshape((keys, rows)) if partial else no_block
         probabilities_plane(s, ok, partial != 0, lse[r0:r1], floor)
         _add_column_sums(s, psum[r0:r1], col)
         # dV_j (tk, Dv) += Pᵀ dO_i
-        _gemm(sgemm, keys, dv_cols, rows, ONE, s.ctypes.data, rows, 1, do_i, dv_cols, 1, ONE,
-              dv[k0:k1].ctypes.data, dv_cols)
+        _gemm(sgemm, keys, dv_cols, rows, ONE, s.ctypes.data, rows, 1, do_i, ldo, 1, ONE,
+              dv[k0:k1].ctypes.data, ld_dv)
         # dPᵀ (tk, tr) = V_j dO_iᵀ, then dSᵀ = Pᵀ ∘ (dPᵀ − Δ_i) in place
-        _gemm(sgemm, keys, rows, dv_cols, ONE, v_j, vs0, 1, do_i, 1, dv_cols, F32(0.0),
+        _gemm(sgemm, keys, rows, dv_cols, ONE, v_j, vs0, 1, do_i, 1, ldo, F32(0.0),
               dp.ctypes.data, rows)
         softmax_grad_plane(dp, s, delta[r0:r1])
         _add_column_sums(dp, dsum[r0:r1], col)
         # dK_j (tk, Dk) += dSᵀ (Q_i · scale)
-        _gemm(sgemm, keys, dk_cols, rows, ONE, dp.ctypes.data, rows, 1, q_i, dk_cols, 1, ONE,
-              dk[k0:k1].ctypes.data, dk_cols)
+        _gemm(sgemm, keys, dk_cols, rows, ONE, dp.ctypes.data, rows, 1, q_i, ldq, 1, ONE,
+              dk[k0:k1].ctypes.data, ld_dk)
         if with_dq:  # dQ_i (tr, Dk) += (dS K_j) · scale: the scale as the GEMM's alpha
             _gemm(sgemm, rows, dk_cols, keys, scale, dp.ctypes.data, 1, rows, k_j, ks0, 1, ONE,
-                  dq[r0:r1].ctypes.data, dk_cols)
+                  dq[r0:r1].ctypes.data, ld_dq)
 
 
 def backward_run(q, k, v, dout, lse, delta, tiles, blocks, dk, dv, dq, psum, dsum, buf,
                  scale, with_dq: bool, sgemm: int) -> None:
     """The backward's loop over one query head's planned tiles against one work item's keys
-    (the Python loop of :func:`qkv.engine.kernel._backward_tiled`), in place: for each tile
+    (the Python loop of :func:`qkv.engine.kernel.backward.backward_tiled`), in place: for each tile
 
         Pᵀ = exp(K_j Q_iᵀ − lse_i),  dV_j += Pᵀ dO_i,  dSᵀ = Pᵀ ∘ (V_j dO_iᵀ − Δ_i),
         dK_j += dSᵀ Q_i,  dQ_i += dS K_j · scale (``with_dq``),
@@ -221,6 +244,7 @@ def backward_run(q, k, v, dout, lse, delta, tiles, blocks, dk, dv, dq, psum, dsu
     head's query and key rows, ``blocks`` their PARTIAL blocks (:meth:`.TilePlan.table`);
     ``dk (Nk, Dk)``, ``dv (Nk, Dv)``, ``dq (Nq, Dk)`` added into; ``buf`` float32 scratch of
     :func:`qkv.engine.step.backward_scratch` elements; ``scale`` float32; ``sgemm`` the address of
-    ``cblas_sgemm`` (:func:`qkv.engine.gemm.address`). Everything but k and v C-contiguous."""
+    ``cblas_sgemm`` (:func:`qkv.engine.gemm.address`). Everything but k and v C-contiguous;
+    every 2-D operand's row stride is read from its strides and checked, as the forward's."""
     _backward_run(q, k, v, dout, lse, delta, tiles, blocks, dk, dv, dq, psum, dsum, buf,
                   F32(scale), with_dq, PRODUCT_FLOOR, sgemm)
