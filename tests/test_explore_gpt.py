@@ -123,15 +123,18 @@ def test_the_gpt_view_shows_qkvs_numbers(page, shipped):  # noqa: F811
     np.testing.assert_array_equal([drops[f"gpt-drop-{la}"][0] for la in range(4)], e.layer_drop)
     best = np.unravel_index(np.argmax(e.drop), e.drop.shape)
     said = page.get_by_test_id("gpt-matters-sentence").text_content()
-    assert said.startswith(f"Switched off alone, L{best[0]}H{best[1]} matters most"), said
-    assert f"{100 * e.p_before:.1f}% → {100 * (e.p_before - e.drop[best]):.1f}%" in said, said
+    assert f"probability ({100 * e.p_before:.1f}% at T = 1)" in said, said
+    assert f"switching L{best[0]}H{best[1]} off lowers it most, to " \
+        f"{100 * (e.p_before - e.drop[best]):.1f}%" in said, said
+    assert "logit" not in said  # one measure per sentence (issue 51)
     direct = np.unravel_index(np.argmax(a.heads), a.heads.shape)
     total = np.unravel_index(np.argmax(e.total_effect), e.total_effect.shape)
     compare = page.get_by_test_id("gpt-disagree").text_content()
-    assert f"ranks L{direct[0]}H{direct[1]} first" in compare
-    assert f"switching heads off ranks L{total[0]}H{total[1]} first" in compare
+    assert "logit instead" in compare
+    assert f"straight to the logit) is largest for L{direct[0]}H{direct[1]}" in compare
+    assert f"by every path) is largest for L{total[0]}H{total[1]}" in compare
     signs = int((np.sign(a.heads) != np.sign(e.total_effect)).sum())
-    assert f"opposite signs for {signs} head" in compare
+    assert f"opposite signs for {signs} of 16 heads" in compare
     assert ("disagree" in compare) == (direct != total)
     # switch L0H1 off: the bars before → after are the library's ablation
     page.get_by_test_id("gpt-off-0-1").click()

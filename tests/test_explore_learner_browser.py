@@ -7,6 +7,9 @@ least 11 px as rendered.
   recency model called directly, tests/test_explore_lesson_views.far_first_miss) at every lag of
   ten series; following it from any lag reaches the ✓. Quick key presses on the lag slider are
   all kept: an answer for an older lag is never drawn over the slider.
+- View 2: the live region never repeats an earlier move after the inputs changed.
+- View 10: the sentence on the probability and the one on the logit each name their measure,
+  and a head whose removal raises the probability more than any fall is said.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 import json
 import urllib.request
 
+import numpy as np
 import pytest
 
 from page_checks import DESKTOP, PHONE
@@ -126,3 +130,38 @@ def test_the_live_region_never_repeats_an_earlier_move(page):
     k1 = page.evaluate("""() => Object.fromEntries(new URLSearchParams(location.hash.slice(1)))""")
     assert "k1 is now" not in said, (said, k1)
     assert said.startswith("weights of q0:"), said
+
+
+# -- view 10: one measure per sentence, named in it -------------------------------------------
+@pytest.mark.parametrize("prompt", ["To be, or not to b", "xqzv xqzv xqzv xq", "ROMEO."])
+def test_the_gpt_sentences_each_name_their_one_measure(page, prompt):
+    from qkv.tasks import gpt, gpt_watch
+
+    model, tok = gpt.load_pretrained()
+    ids = tok.encode(prompt)
+    e = gpt_watch.head_effects(model, ids)
+    a = gpt_watch.logit_attribution(model, ids)
+    open_view(page, "gpt", {"gpt": {"prompt": prompt}})
+    page.get_by_test_id("gpt-matters-sentence").wait_for()
+    idle(page)
+    prob = page.get_by_test_id("gpt-matters-sentence").text_content()
+    logit = page.get_by_test_id("gpt-disagree").text_content()
+    assert "logit" not in prob and "probability" in prob, prob
+    assert "logit instead" in logit and "probability above" in logit, logit
+    fall = np.unravel_index(np.argmax(e.drop), e.drop.shape)
+    rise = np.unravel_index(np.argmin(e.drop), e.drop.shape)
+    if e.drop[fall] > 0:
+        assert f"switching L{fall[0]}H{fall[1]} off lowers it most, to " \
+            f"{100 * (e.p_before - e.drop[fall]):.1f}% (−{100 * e.drop[fall]:.1f} points)" in prob
+    said_rise = f"Switching L{rise[0]}H{rise[1]} off raises it most"
+    assert (said_rise in prob) == bool(e.drop[rise] < 0), prob
+    if e.drop[rise] < 0:  # "matters most" must not hide a larger rise
+        assert ("a larger change than any head's fall" in prob) == \
+            bool(-e.drop[rise] > max(e.drop[fall], 0)), prob
+    assert "this prompt only" in prob
+    direct = np.unravel_index(np.argmax(a.heads), a.heads.shape)
+    total = np.unravel_index(np.argmax(e.total_effect), e.total_effect.shape)
+    assert f"straight to the logit) is largest for L{direct[0]}H{direct[1]} " \
+        f"({a.heads[direct]:.2f})" in logit, logit
+    assert f"by every path) is largest for L{total[0]}H{total[1]} " \
+        f"({e.total_effect[total]:.2f})" in logit, logit

@@ -17,6 +17,7 @@ import {
   mount as mountInduction, setGptRoles, show as showInduction,
 } from "../gpt/induction.js";
 import { roleBlock, roleGrid } from "../gpt/roles.js";
+import { logitWords, probabilityWords } from "./gpt_effects_words.js";
 
 export const name = "gpt";
 export const READS = {
@@ -334,34 +335,10 @@ function renderEffects() {
       }), el("td", { "data-testid": `gpt-drop-${l}`, "data-value": e.layer_drop[l] },
         points(e.layer_drop[l]))])),
   ]);
-  const [d0, l0, h0] = flat[0];
-  const next = flat.slice(1, 3).map(([d, l, h]) => `L${l}H${h} (${points(d)})`).join(", ");
-  const matters = d0 > 0
-    ? `Switched off alone, L${l0}H${h0} matters most for this prompt: “${show1(e.char)}” ` +
-      `${pct(e.p_before)} → ${pct(e.p_before - d0)} (${points(d0)}); next ${next}.`
-    : `No head, switched off alone, lowers “${show1(e.char)}” (${pct(e.p_before)}): each ` +
-      "head's share is made up by the others.";
-  // the two measures in one unit, the logit: direct push against total effect
-  const direct = a.heads.flatMap((row, l) => row.map((v, h) => [v, l, h]))
-    .sort((x, y) => y[0] - x[0])[0];
-  const total = e.total.flatMap((row, l) => row.map((v, h) => [v, l, h]))
-    .sort((x, y) => y[0] - x[0])[0];
-  let signs = 0;
-  a.heads.forEach((row, l) => row.forEach((v, h) => {
-    if (Math.sign(v) !== Math.sign(e.total[l][h])) signs += 1;
-  }));
-  const n = a.heads.length * a.heads[0].length;
-  const same = direct[1] === total[1] && direct[2] === total[2];
-  const compare = `On the logit of “${show1(a.char)}”, the direct push ranks ` +
-    `L${direct[1]}H${direct[2]} first (${fmt(direct[0], 2)}); switching heads off ranks ` +
-    `L${total[1]}H${total[2]} first (it adds ${fmt(total[0], 2)} by every path). ` +
-    (same ? "Here they agree on the first head" : "Here they disagree") +
-    `, and they give opposite signs for ${count(signs, "head")} of ${n}: a head's output also ` +
-    "reaches the logit through the later heads and the MLPs (its indirect effect), which only " +
-    "switching it off measures; the direct push counts only the path straight to the output.";
+  // one measure per sentence, named in it: the probability, then the logit's two measures
   $("#gpt-effects-box").replaceChildren(table,
-    el("p", { "data-testid": "gpt-matters-sentence" }, matters),
-    el("p", { "data-testid": "gpt-disagree" }, compare));
+    el("p", { "data-testid": "gpt-matters-sentence" }, probabilityWords(e)),
+    el("p", { "data-testid": "gpt-disagree" }, logitWords(a, e)));
 }
 
 /** For the picked head: the candidate prompt where it matters most, offered as an example. */
