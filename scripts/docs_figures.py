@@ -39,6 +39,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from docs_parsers import (
     parse_bench,
+    parse_circuits,
     parse_gpt_effects,
     parse_gpt_vs_torch,
     parse_induction,
@@ -872,6 +873,34 @@ def gpt_effects_cells(o: Output) -> list[Cell]:
     return cells
 
 
+CIRCUITS = "python -m qkv.tasks.circuits --sequences 1000"
+
+
+def circuits_cells(o: Output) -> list[Cell]:
+    """The induction head's circuit table (docs/gpt.md prints the change with a true minus)."""
+    r = parse_circuits(o.stdout)
+    columns = (f"{r['head']} induction", "second-copy score", "second-copy loss (nats)",
+               "change")
+    return [Cell(label, column, value.replace("-", "−")) for label, values in r["rows"].items()
+            for column, value in zip(columns, values, strict=True) if value]
+
+
+HEAD_SIZES = 'python -c "from qkv.explore.head_sizes import report; print(report())"'
+
+
+def head_sizes_cells(o: Output) -> list[Cell]:
+    """d_k = d_model / heads, per model, as docs/gpt.md's table prints it."""
+    cells = []
+    for m in re.finditer(r"^(.+?)\s+(\d+)\s+(\d+)\s+(\d+)\s+([\d,]+)\s+([\d,]+|–)$",
+                         o.stdout, re.M):
+        cells += [Cell(m.group(1), column, value) for column, value in zip(
+            ("layers", "heads", "d_k", "d_model", "KV cache per token"), m.group(2, 3, 4, 5, 6),
+            strict=True)]
+    if not cells:
+        raise ValueError(f"head sizes: no rows in its output:\n{o.stdout[-2000:]}")
+    return cells
+
+
 INDUCTION_STEPS = (250, 500, 750, 1000, 1250, 1500, 1600, 1700, 1800, 2000, 2500, 3000)
 
 
@@ -952,6 +981,8 @@ RUNS = [
         benchmark=True),
     Run("gpt", "docs/gpt.md", GPT, 5.5, gpt_cells, long=True, benchmark=True),
     Run("gpt-effects", "docs/gpt.md", GPT_EFFECTS, 0.2, gpt_effects_cells),
+    Run("circuits", "docs/gpt.md", CIRCUITS, 0.3, circuits_cells),
+    Run("head-sizes", "docs/gpt.md", HEAD_SIZES, 0.1, head_sizes_cells),
     Run("induction", "docs/gpt.md", INDUCTION, 2.0, induction_cells,
         artefacts={"induction-shakespeare.safetensors":
                    "src/qkv/tasks/data/induction-shakespeare.safetensors"}),

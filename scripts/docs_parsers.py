@@ -140,6 +140,18 @@ def parse_gpt_effects(stdout: str) -> dict:
     return {"switched": switched.groups(), "heads": heads}
 
 
+def parse_circuits(stdout: str) -> dict:
+    """``python -m qkv.tasks.circuits``: {"head": "L1H0", "rows": {label: (induction,
+    second-copy score, second-copy loss, change or "")}} as printed."""
+    head = _search(r"induction head (L\d+H\d+)", stdout, "python -m qkv.tasks.circuits")
+    rows = {m.group(1).strip(): (*m.group(2, 3, 4), m.group(5) or "") for m in re.finditer(
+        r"^(intact|L\d+H\d+ (?:out of .+?|off))\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)"
+        r"(?:\s+([-+][\d.]+))?\s*$", stdout, re.M)}
+    if "intact" not in rows:
+        raise ValueError(f"python -m qkv.tasks.circuits printed no table:\n{stdout[-2000:]}")
+    return {"head": head.group(1), "rows": rows}
+
+
 def parse_induction(stdout: str) -> dict:
     """``qkv train induction``: {"curve": {step: (held-out loss, loss on the repeats,
     induction, previous-token, seconds)}, "first": (score, step)} as printed."""

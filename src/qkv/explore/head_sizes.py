@@ -98,3 +98,17 @@ def register(app, responses: dict) -> None:
     def head_sizes(req: SizesRequest) -> dict:
         """View 5: d_k = d_model / heads, for the models here and published ones."""
         return sizes()
+
+
+def report() -> str:
+    """The table docs/gpt.md prints (``python -c "from qkv.explore.head_sizes import report;
+    print(report())"``)."""
+    answer = sizes()
+    lines = [f"{'model':<30} {'layers':>6} {'heads':>5} {'d_k':>4} {'d_model':>7} "
+             f"{'KV cache per token':>18}"]
+    for m in answer["models"]:
+        kv = "–" if m["kv_per_token"] is None else f"{m['kv_per_token']:,}"
+        lines.append(f"{m['name']:<30} {m['layers']:>6} {m['heads']:>5} {m['d_k']:>4} "
+                     f"{m['d_model']:>7,} {kv:>18}")
+    lines += [f"not shown: {why}" for why in answer["missing"]]
+    return "\n".join(lines)

@@ -205,3 +205,52 @@ def composition_table(model: GPT, n_sequences: int = 256, seed: int = 0) -> dict
                 p = PathRemoval(source, target, which)
                 table["paths"][(source, target, which)] = measure(model, ids, paths=[p])
     return table
+
+
+def report(n_sequences: int = 1000, seed: int = 0) -> str:
+    """What docs/gpt.md prints under ``python -m qkv.tasks.circuits``: the shipped induction
+    model's induction head with its previous-token head cut out of each input in turn, and each
+    of the two switched off, on ``n_sequences`` repeated random strings."""
+    from .gpt_watch import head_roles
+    from .induction import load_pretrained
+
+    model = load_pretrained()[0]
+    roles = head_roles(model)
+    last = model.config.n_layer - 1
+    ind = (last, int(np.nanargmax(roles.induction[last])))
+    prev = (0, int(np.nanargmax(roles.previous_token[0])))
+    ids = repeated_random(model, n_sequences, seed=seed)
+    base = measure(model, ids)
+    rows = [("intact", base)]
+    rows += [(PathRemoval(prev, ind, which).label,
+              measure(model, ids, paths=[PathRemoval(prev, ind, which)])) for which in INPUTS]
+    rows += [(f"L{la}H{h} off", measure(model, ids, off=[(la, h)])) for la, h in (prev, ind)]
+    name = f"L{ind[0]}H{ind[1]}"
+    lines = [f"The shipped induction model on {n_sequences} random strings of "
+             f"{ids.shape[1] // 2} characters, each followed by itself (seed {seed}): "
+             f"induction head {name}, previous-token head L{prev[0]}H{prev[1]}.",
+             f"{'run':<32} {name + ' induction':>16} {'second-copy score':>18} "
+             f"{'second-copy loss':>17} {'change':>7}"]
+    for label, m in rows:
+        change = "" if m is base else f"{m.copy_loss - base.copy_loss:+.2f}"
+        lines.append(f"{label:<32} {m.induction[ind]:>16.3f} {m.second_copy_score[ind]:>18.3f} "
+                     f"{m.copy_loss:>17.3f} {change:>7}")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m qkv.tasks.circuits",
+                                     description=report.__doc__)
+    parser.add_argument("--sequences", type=int, default=1000, help="repeated random strings")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    if args.sequences < 1:
+        parser.error(f"--sequences must be at least 1, got {args.sequences}")
+    print(report(args.sequences, args.seed))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
