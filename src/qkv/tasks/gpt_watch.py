@@ -131,6 +131,22 @@ def role_scores(weights: np.ndarray, ids: np.ndarray) -> dict:
             "n_previous": S * (T - 1), "n_induction": n_ind}
 
 
+def standard_induction_scores(weights: np.ndarray, half: int) -> tuple[np.ndarray, float]:
+    """The induction score as TransformerLens and Olsson et al. report it, on random sequences
+    of ``half`` tokens each followed by itself: a head's mean weight, over the second copy's
+    queries i ∈ [half, 2·half), on key i − half + 1 — the token right after the current one's
+    occurrence in the first copy. Unlike :func:`role_scores`' induction score it ignores chance
+    repeats inside the first copy. ``weights (S, L, H, 2·half, 2·half)``; returns the ``(L, H)``
+    scores and what uniform causal attention (1/(i+1) on each allowed key) would score."""
+    w = np.asarray(weights, dtype=np.float64)
+    if w.shape[-1] != 2 * half or w.shape[-2] != 2 * half:
+        raise ValueError(f"standard_induction_scores: weights have shape {w.shape}; half = "
+                         f"{half} needs (S, L, H, {2 * half}, {2 * half})")
+    queries = np.arange(half, 2 * half)
+    scores = w[..., queries, queries - half + 1].mean(axis=(0, -1))
+    return scores, float(np.mean(1.0 / (queries + 1)))
+
+
 @dataclass
 class HeadRoles:
     """Every head's :func:`role_scores` on a set of sequences (``source`` says which)."""
