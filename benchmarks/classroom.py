@@ -203,9 +203,10 @@ async def ask(client, record: Record, who, path: str, body) -> None:
 
 
 async def join(url: str, code: str) -> httpx.AsyncClient:
-    # a browser: its own cookie jar, up to 6 connections kept alive
+    # a browser: its own cookie jar, up to 6 connections kept alive — each for less than the
+    # server's 5 s (a browser retries a request the server's idle close raced; httpx does not)
     client = httpx.AsyncClient(base_url=url, timeout=REQUEST_TIMEOUT, follow_redirects=True,
-                               limits=httpx.Limits(max_connections=6))
+                               limits=httpx.Limits(max_connections=6, keepalive_expiry=4.0))
     r = await client.get(f"/?join={code}")
     if r.status_code != 200:
         raise RuntimeError(f"joining failed: {r.status_code} {r.text[:200]}")
@@ -216,7 +217,11 @@ async def learner(who: int, url: str, code: str, views, think: float, until: flo
                   record: Record, seed: int) -> None:
     rng = random.Random(seed * 1000 + who)
     await asyncio.sleep(rng.uniform(0, min(think * 2, 10)))  # the room does not arrive at once
-    client = await join(url, code)
+    try:
+        client = await join(url, code)
+    except (httpx.HTTPError, RuntimeError) as exc:
+        record.errors["/?join="].append(f"{type(exc).__name__}: {exc}"[:200])
+        return
     try:
         for path in ("/static/main.js", "/static/style.css", "/api/colors",
                      "/api/projections/learned"):
@@ -360,16 +365,27 @@ def close(a, b, tol: float = 1e-6) -> bool:
     return a == b
 
 
-def check_own_answers(record: Record) -> dict:
-    """Each kept answer against qkv called directly (vectors: qkv.explain) or a fresh app's
-    answer to the same request alone. Live timings are timings: not compared."""
-    import numpy as np
+def reference(views: tuple[str, ...]):
+    """A fresh app in this process, every view asked once now, as the server was: both import
+    qkv's code at the start of the run (a work tree edited meanwhile changes neither)."""
     from fastapi.testclient import TestClient
 
-    import qkv
     from qkv.explore import create_app
 
     alone = TestClient(create_app(allowed_hosts=["testserver"]))
+    for step in lesson(random.Random(0), 0, 0, views):
+        for path, body in step:
+            alone.post(path, json=body)
+    return alone
+
+
+def check_own_answers(record: Record, alone) -> dict:
+    """Each kept answer against qkv called directly (vectors: qkv.explain) or a fresh app's
+    answer to the same request alone. Live timings are timings: not compared."""
+    import numpy as np
+
+    import qkv
+
     checked, wrong = 0, []
     for (who, path), kept in sorted(record.kept.items(), key=lambda kv: (kv[0][0], kv[0][1])):
         if path == "/api/cost/growth" or not path.startswith("/api/") or path in FIXED:
@@ -466,10 +482,11 @@ def main(argv=None) -> int:
     record, misbehaved = Record(), defaultdict(dict)
     server = Server()
     try:
+        alone = reference(tuple(args.views))
         result = asyncio.run(room(server, args, record, misbehaved))
     finally:
         server.stop()
-    own = check_own_answers(record)
+    own = check_own_answers(record, alone)
     rows = summary(record)
     print_report(args, rows, result, own, misbehaved)
     if args.json:

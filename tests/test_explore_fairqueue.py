@@ -209,3 +209,16 @@ def test_a_timing_says_when_other_programs_kept_the_machine_busy():
     assert "busy" in other.said()
     other.cores = 0.1
     assert other.said() is None
+
+
+def test_far_back_reads_run_one_at_a_time_and_others_use_the_free_worker():
+    async def run():
+        q = FairQueue(workers=2)
+        a = q.enter("a", "/api/farback")
+        b = q.enter("b", "/api/farback")  # its kind is running: it waits ...
+        c = q.enter("c", "/api/gpt/predict")  # ... and c's request takes the free worker
+        assert started([a, b, c]) == ["a/api/farback", "c/api/gpt/predict"]
+        finish(q, a)
+        assert started([b]) == ["b/api/farback"]
+
+    asyncio.run(run())

@@ -8,7 +8,7 @@ learner's burst waits behind everyone else's next request instead of in front of
 has at most one waiting request per endpoint: a newer one takes the older one's place (dragging
 a slider asks for the newest value only), and the older is answered 409 at once. Live timings
 run alone — no other heavy request runs while they do — since two measurements at once time
-each other.
+each other; far-back reads run one at a time among themselves (memory: see ``SINGLE``).
 
 What the server holds is bounded by the queue, not by the room: ``workers`` computations, and
 at most ``max_waiting`` waiting requests (``per_learner`` each), each holding a body already
@@ -36,6 +36,9 @@ HEAVY = frozenset({"/api/cost/growth", "/api/cost/recall", "/api/cost/recall/cur
                    "/api/farback", "/api/farback/curves", "/api/seq2seq",
                    "/api/seq2seq/curves"})
 ALONE = frozenset({"/api/cost/growth"})  # live timings: nothing else heavy while they run
+# One at a time among themselves: a far-back read of a new series sweeps it at every lag, and
+# holds ~200 MB while it does; two at once would double the server's peak.
+SINGLE = frozenset({"/api/farback"})
 
 
 def is_heavy(path: str) -> bool:
@@ -67,6 +70,7 @@ class FairQueue:
         self.waiting: dict[str, OrderedDict[str, Ticket]] = {}  # learner → path → ticket
         self.rotation: deque[str] = deque()  # learners with waiting tickets, next turn first
         self.running: dict[str, int] = {}
+        self.running_paths: dict[str, int] = {}
         self.running_total = 0
         self.alone_running = False
         # what the load test reports
@@ -122,21 +126,32 @@ class FairQueue:
         if not self.running[ticket.learner]:
             del self.running[ticket.learner]
         self.running_total -= 1
+        self.running_paths[ticket.path] -= 1
         if ticket.alone:
             self.alone_running = False
         self._dispatch()
 
+    def _next(self) -> Ticket | None:
+        """The ticket whose turn it is: the oldest of the first learner in rotation who has
+        none running and whose oldest can run now; None if nobody's can."""
+        for learner in self.rotation:
+            if self.running.get(learner, 0) >= 1:
+                continue
+            ticket = next(iter(self.waiting[learner].values()))
+            if ticket.alone:  # a timing waits for the machine to empty, and nothing jumps it
+                return ticket if not self.running_total else None
+            if ticket.path in SINGLE and self.running_paths.get(ticket.path):
+                continue  # its kind is running: the next learner's turn meanwhile
+            return ticket
+        return None
+
     def _dispatch(self) -> None:
         while self.rotation and self.running_total < self.workers and not self.alone_running:
-            for learner in self.rotation:
-                if self.running.get(learner, 0) < 1:
-                    break
-            else:
-                return  # every waiting learner already has a request running
+            ticket = self._next()
+            if ticket is None:
+                return
+            learner, path = ticket.learner, ticket.path
             mine = self.waiting[learner]
-            path, ticket = next(iter(mine.items()))
-            if ticket.alone and self.running_total:
-                return  # a timing waits for the machine to empty, and nothing jumps it
             del mine[path]
             self.rotation.remove(learner)
             if mine:
@@ -145,6 +160,7 @@ class FairQueue:
                 del self.waiting[learner]
             self.running[learner] = self.running.get(learner, 0) + 1
             self.running_total += 1
+            self.running_paths[path] = self.running_paths.get(path, 0) + 1
             self.alone_running = ticket.alone
             self.longest_wait = max(self.longest_wait, time.monotonic() - ticket.arrived)
             self.served += 1
