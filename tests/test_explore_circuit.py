@@ -226,3 +226,16 @@ def test_a_repeated_random_string_and_a_phone(phone, table):  # noqa: F811
     assert small == [], small
     assert_page_clean(phone)
     phone.locator("#gpt-circuit").screenshot(path=str(SCREENSHOTS / "gpt-circuit-390.png"))
+
+
+def test_every_page_module_stays_under_700_lines():
+    """The page's modules stay small (issue 49: views/gpt.js had grown to 744 lines); the
+    induction model, its circuit controls, the role tables and the heat map live in gpt/."""
+    from page_checks import STATIC, static_modules
+
+    long = {m: n for m in static_modules()
+            if (n := len((STATIC / m).read_text().splitlines())) >= 700}
+    assert long == {}
+    for module in ("gpt/draw.js", "gpt/roles.js", "gpt/induction.js", "gpt/circuit.js"):
+        assert f'"../{module}"' in (STATIC / "views/gpt.js").read_text() or \
+            f'"./{module.split("/")[1]}"' in (STATIC / "gpt/induction.js").read_text(), module

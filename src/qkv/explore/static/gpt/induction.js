@@ -27,6 +27,7 @@ let gptRoles = null; // /api/gpt/roles' random set: what the GPT above has
 let rolePick = null;
 let table = null; // /api/gpt/circuit/table
 let answer = null; // /api/gpt/circuit
+let sent = null; // the last circuit request asked, as JSON
 
 const circuitBody = () => {
   const c = state.circuit;
@@ -56,7 +57,7 @@ const circuitChannel = new Channel(VIEW, "/api/gpt/circuit", (data, body) => {
   answer = data;
   delete $("#gpt-circuit").dataset.stale;
   renderRun();
-});
+}, () => { sent = null; }); // a refused run may be asked again
 
 /** The GPT's own roles on random strings (for the sentence that compares the two models). */
 export function setGptRoles(roles) {
@@ -64,19 +65,29 @@ export function setGptRoles(roles) {
   if (phase) renderPhase();
 }
 
+/** Ask for the run of the current prompt and switches, unless it was the last one asked: a
+ * success clears the view's error banner, so an unchanged run is not asked again (the GPT's
+ * own refused prompt keeps its words). */
+function sendCircuit() {
+  const body = circuitBody();
+  if (JSON.stringify(body) === sent) return;
+  sent = JSON.stringify(body);
+  circuitChannel.send(body);
+}
+
 export function show() {
   $("#gpt-circ-prompt").value = state.circuit.prompt;
   if (!phase) phaseChannel.send({});
   if (!table) tableChannel.send({});
   else renderControls();
-  circuitChannel.send(circuitBody());
+  sendCircuit();
 }
 
 function changed() {
   writeURL();
   renderControls();
   $("#gpt-circuit").dataset.stale = "1"; // until the run is answered
-  circuitChannel.send(circuitBody());
+  sendCircuit();
 }
 
 /** The head whose pattern is shown: the learner's pick, else the strongest induction head. */
@@ -126,8 +137,8 @@ function renderRun() {
   const r = a.repeat;
   const repeat = r.n === 0 ? "No pair of characters of the prompt repeats, so no character " +
     "is predictable by copying."
-    : `On the ${count(r.n, "character")} of the prompt that copying would get right (each ` +
-      "came after the same character earlier in the prompt too), the loss is " +
+    : `On the ${count(r.n, "character")} of the prompt that copying would get right (those ` +
+      "that follow the same character as they did earlier in the prompt), the loss is " +
       `${fmt(r.before, 2)} nats a character` +
       (a.labels.length ? ` intact, ${fmt(r.after, 2)}${changedBy}.` : ".");
   const rows = a.next.chars.map((c, i) => {
@@ -142,17 +153,23 @@ function renderRun() {
       "data-value": a.next.probs[i] }, cells);
   });
   // with a cut, the intact pattern beside the cut one: the change is the lesson
-  const title = el("h4", { "data-testid": "gpt-circ-title" }, `${name} on your prompt` +
-    `${changedBy}: row i is how character i spreads its attention over characters 0…i`);
-  const maps = [el("div", { cls: "gpt-roleset" }, [title, heatmap(a.weights[l][h], a.allowed,
-    a.chars, a.chars, "gpt-circ-cell", `the induction model's ${name} on the prompt` +
-    changedBy)])];
+  const side = (title, testid, weights, words) => {
+    const box = el("div", { cls: "gpt-roleset" }, [el("h4", testid ? { "data-testid": testid }
+      : {}, title), heatmap(weights, a.allowed, a.chars, a.chars, words.testid, words.label)]);
+    box.style.flex = "1 1 320px"; // side by side where two fit, one above the other on a phone
+    return box;
+  };
+  const maps = [side(a.labels.length ? `${name}${changedBy}` : `${name} on your prompt`,
+    "gpt-circ-title", a.weights[l][h], { testid: "gpt-circ-cell",
+      label: `the induction model's ${name} on the prompt${changedBy}` })];
   if (a.labels.length) {
-    maps.unshift(el("div", { cls: "gpt-roleset" }, [el("h4", {}, `${name} intact`), heatmap(
-      a.intact_weights[l][h], a.allowed, a.chars, a.chars, "gpt-circ-intact-cell",
-      `the induction model's ${name} on the prompt, intact`)]));
+    maps.unshift(side(`${name} intact`, null, a.intact_weights[l][h], {
+      testid: "gpt-circ-intact-cell", label: `the induction model's ${name} on the prompt, ` +
+        "intact" }));
   }
-  $("#gpt-circ-run").replaceChildren(picker, el("div", { cls: "gpt-roles-cols" }, maps),
+  $("#gpt-circ-run").replaceChildren(picker, el("p", { cls: "note" }, "Row i of a pattern is " +
+    "how character i spreads its attention over characters 0…i."),
+  el("div", { cls: "gpt-roles-cols" }, maps),
     legend("gpt-circ-legend"),
     el("p", { "data-testid": "gpt-circ-copy" }, copy),
     el("p", { "data-testid": "gpt-circ-repeat" }, repeat),
