@@ -100,13 +100,25 @@ export function offSentence(table) {
 }
 
 const KINDS = {
-  k: (s, t) => `${t}'s keys read what ${s} wrote: K-composition. ${s} writes into each ` +
-    `position the character before it, so ${t}'s keys can find the position right after an ` +
-    "earlier copy of the current character — the previous-token head feeding the induction " +
-    "head (Elhage et al. 2021; Olsson et al. 2022).",
+  k: (s, t) => `${t}'s keys read what ${s} wrote: K-composition.`,
   q: (s, t) => `${t}'s queries read what ${s} wrote: Q-composition.`,
-  v: (s, t) => `what ${t} moves along comes from ${s}: V-composition.`,
+  v: (s, t) => `What ${t} moves along comes from ${s}: V-composition.`,
 };
+
+/** Why K-composition makes an induction head — said only when the numbers show that circuit:
+ * the target is an induction head and the source layer 0's strongest previous-token head. */
+function inductionCircuit(table, source, target) {
+  const prev = table.base.previous[0];
+  const best = prev.indexOf(Math.max(...prev));
+  if (source[0] !== 0 || source[1] !== best ||
+      table.base.induction[target[0]][target[1]] < table.threshold) return "";
+  const s = headName(source), t = headName(target);
+  return ` ${s} is layer 0's strongest previous-token head (${fmt(prev[best], 2)} of its ` +
+    `weight on the character just before): it writes into each position the character before ` +
+    `it, and ${t}'s keys use that to find the position right after an earlier copy of the ` +
+    "current character — the previous-token head feeding the induction head (Elhage et al. " +
+    "2021; Olsson et al. 2022).";
+}
 
 /** For the target head: which earlier head, through which input, it depends on most. */
 export function tableSentence(table, target) {
@@ -125,7 +137,8 @@ export function tableSentence(table, target) {
     `${fmt(base, 3)} → ${fmt(top.induction[target[0]][target[1]], 3)}. Out of its ` +
     ["q", "k", "v"].filter((i) => i !== top.input).map((i) =>
       `${WORDS[i]}: ${signed(via(i).rise, 2)}`).join("; out of its ") + ". " +
-    (top.rise > 0 ? KINDS[top.input](s, t) : "No cut into it raises the loss.");
+    (top.rise > 0 ? KINDS[top.input](s, t) + (top.input === "k"
+      ? inductionCircuit(table, top.source, target) : "") : "No cut into it raises the loss.");
 }
 
 /** The task: one cut, the one that costs the second copy most of every cut the controls can

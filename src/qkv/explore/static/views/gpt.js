@@ -54,10 +54,10 @@ export const READS = {
     "repeat.n", "repeat.before", "repeat.after"],
   "/api/gpt/circuit/table": [
     "n_sequences", "half", "layers", "heads", "context", "alphabet", "threshold",
-    "base.induction", "base.copy_loss", "base.first_loss", "off.layer", "off.head",
-    "off.induction", "off.previous", "off.copy_loss", "off.first_loss", "paths.source",
-    "paths.target", "paths.input", "paths.induction", "paths.previous", "paths.copy_loss",
-    "paths.first_loss"],
+    "base.induction", "base.previous", "base.copy_loss", "base.first_loss", "off.layer",
+    "off.head", "off.induction", "off.previous", "off.copy_loss", "off.first_loss",
+    "paths.source", "paths.target", "paths.input", "paths.induction", "paths.previous",
+    "paths.copy_loss", "paths.first_loss"],
 };
 
 // off: what is switched off, "L.H" for a head, "L" for a layer's whole attention
