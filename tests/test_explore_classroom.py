@@ -226,3 +226,16 @@ def test_a_learner_on_another_machine_joins_the_classroom_on_its_lan_address():
             assert run.stdout.split() == ["401", "200", "200"]
         finally:
             server.stop()
+
+
+def test_bound_to_every_address_the_room_is_shown_the_lan_one(monkeypatch):
+    from qkv.explore import server
+
+    monkeypatch.setattr(server, "lan_address", lambda: "10.9.8.7")  # no socket opened here
+    sock = server.bind("127.0.0.1", 0)
+    try:
+        port = sock.getsockname()[1]
+        assert server.room_url(sock, "0.0.0.0") == f"http://10.9.8.7:{port}/"
+        assert server.room_url(sock, "127.0.0.1") == f"http://127.0.0.1:{port}/"
+    finally:
+        sock.close()

@@ -13,8 +13,8 @@ import threading
 import webbrowser
 
 from .app import create_app
-from .classroom import Classroom, join_url, print_banner
-from .hosts import allowed_hosts_for, is_loopback
+from .classroom import Classroom, NoLanAddress, join_url, lan_address, print_banner
+from .hosts import WILDCARDS, allowed_hosts_for, is_loopback
 from .joincode import redact_logs
 from .limits import timed_h11_protocol
 
@@ -49,6 +49,17 @@ def url_of(sock: socket.socket, host: str) -> str:
     return f"http://{shown}:{port}/"
 
 
+def room_url(sock: socket.socket, host: str) -> str:
+    """The address learners open: bound to every address (0.0.0.0), the LAN one, not
+    127.0.0.1, which on a learner's machine is their own."""
+    if host.strip("[]") in WILDCARDS:
+        try:
+            host = lan_address()
+        except NoLanAddress as exc:
+            print(f"qkv explore: warning: {exc}", file=sys.stderr)
+    return url_of(sock, host)
+
+
 def warm_measured() -> None:
     """Score the shipped models on their held-out sets (the far-back and encoder–decoder
     curves, a few seconds of CPU) while the learner is still on the first views; the views
@@ -81,7 +92,7 @@ def serve(host: str = "127.0.0.1", port: int = 8765, open_browser: bool = True,
     url = url_of(sock, host)
     room = Classroom() if classroom else None
     if room is not None:
-        print_banner(url, room.code)
+        print_banner(room_url(sock, host), room.code)
     elif not is_loopback(host):
         print(f"qkv explore: warning: listening on {host}, so other machines can reach this "
               "server; use the default --host 127.0.0.1 to keep it to this machine, or "
