@@ -165,21 +165,28 @@ _SMALL_TEXT_JS = """(minPx) => {
         || hidden(e)) continue;
     const range = document.createRange();
     range.selectNodeContents(n);
-    // the text's glyph boxes as drawn (an SVG text's after its viewBox and transforms)
     const rects = Array.from(range.getClientRects()).filter((r) => r.width > 0 && r.height > 0);
-    if (!rects.length) continue;
-    const h = Math.min(...rects.map((r) => r.height));
-    if (h < minPx) out.push(`${e.tagName.toLowerCase()}${e.getAttribute('class')
+    if (!rects.length) continue;  // not drawn
+    // the font size as rendered, not the glyph box (a line box is ~1.2 em, so 10 px text has
+    // 12 px boxes): the computed size, times an SVG text's scale on screen (its viewBox and
+    // transforms, getScreenCTM)
+    let h = parseFloat(getComputedStyle(e).fontSize);
+    if (e instanceof SVGElement && e.getScreenCTM()) {
+      const m = e.getScreenCTM();
+      h *= Math.sqrt(Math.abs(m.a * m.d - m.b * m.c));
+    }
+    if (h < minPx - 1e-6) out.push(`${e.tagName.toLowerCase()}${e.getAttribute('class')
       ? '.' + e.getAttribute('class').split(' ')[0] : ''} "${text.slice(0, 24)}": ` +
-      `${h.toFixed(1)} px`);
+      `${h.toFixed(2)} px`);
   }
   return out;
 }"""
 
 
 def small_text(page, min_px: float = MIN_TEXT_PX) -> list[str]:
-    """Every visible piece of text on the page whose drawn box (measured in the browser from
-    its glyph rectangles, SVG text after its scaling) is less than ``min_px`` CSS px high."""
+    """Every visible piece of text on the page rendered smaller than ``min_px`` CSS px: its
+    computed font size, an SVG text's times its SVG's scale on screen (getScreenCTM). Not its
+    glyph box, which is taller than the font (issue 51: 10.75 px labels had 12 px boxes)."""
     return page.evaluate(_SMALL_TEXT_JS, min_px)
 
 

@@ -58,6 +58,21 @@ const PRESETS_1 = { "x only": [[1], [0]], "y only": [[0], [1]], "x + y": [[0.5],
 const PLANE = { size: 220, range: 2.5 };
 const PT_FONT = 13; // .pt-label in style.css: ≥ 11 CSS px when two planes share a phone's row
 const KNOB_FONT = 13; // .knob-name
+const EDGE_FONT = 12; // .edge-note: the planes' smallest text
+const MIN_TEXT_PX = 11.5; // no text of a plane renders smaller, in CSS px
+// How much larger than at full size the planes' text is drawn: a phone shows two 220-unit
+// planes a row, ~180 px wide, which would render 13-unit labels at 10.75 px.
+let zoom = 1;
+
+/** The zoom that keeps the planes' smallest text ≥ MIN_TEXT_PX as rendered. */
+function textZoom() {
+  const plane = $("#proj-planes-box svg.proj-plane");
+  const shown = plane ? plane.getBoundingClientRect().width : 0;
+  return shown > 0 ? Math.max(1, (MIN_TEXT_PX * PLANE.size) / (EDGE_FONT * shown)) : 1;
+}
+/** Draw an SVG text at `size` units times the zoom (through the CSSOM: the page's CSP refuses
+ * style attributes). */
+const zoomText = (node, size) => { node.style.fontSize = `${(size * zoom).toFixed(2)}px`; };
 const MATS = [["w_q", "W_Q", "Q", "query"], ["w_k", "W_K", "K", "key"], ["w_v", "W_V", "V", "value"]];
 const STEP_NAMES = ["turn", "stretch", "turn"];
 // the view's own state beyond state.proj: the selected query, d_k, the 2 × 1 W_Q and W_K
@@ -165,16 +180,17 @@ function shapePlane(title, pts, kind, opts = {}) {
     }
     plane.append(dot);
     // outward from the origin first (the shape's inside is crowded), then all round
-    const spots = spotsAround(x, y, 9, PT_FONT);
+    const spots = spotsAround(x, y, 9 * zoom, PT_FONT * zoom);
     const a = Math.atan2(-(y - cy), x - cx);
     const k = Math.round(((a < 0 ? a + 2 * Math.PI : a) / (Math.PI / 4))) % 8;
     labels.push({ spots: [...spots.slice(k, 8), ...spots.slice(0, k), ...spots.slice(8)],
-      text: String(i), font: PT_FONT, cls: "pt-label", attrs: { "data-testid": `pt-label-${title}-${i}` } });
+      text: String(i), font: PT_FONT * zoom, cls: "pt-label", attrs: { "data-testid": `pt-label-${title}-${i}` } });
   });
   if (pts.some(beyond) || (out && beyond(out)) || (basis && basis.m.some(beyond))) {
     const note = svg("text", { x: 4, y: PLANE.size - 5, cls: "edge-note",
       "data-testid": `proj-edge-${title}` });
     note.textContent = `beyond ±${PLANE.range}: on the edge`;
+    zoomText(note, EDGE_FONT);
     plane.append(note);
   }
   // the labels in order of importance, none over a knob or another label: the knobs' names
@@ -191,8 +207,8 @@ function shapePlane(title, pts, kind, opts = {}) {
         "aria-label": `${basis.label} row ${r} (the image of e${r}) at (${row.map((z) => fmt(z, 2)).join(", ")}): drag or use the arrow keys` });
       if (dx || dy) g.append(svg("line", { x1: x, y1: y, x2: x + dx, y2: y + dy, cls: "tether" }));
       g.append(svg("circle", { cx: x + dx, cy: y + dy, r: 8, cls: `handle-knob b${r}` }));
-      first.push({ spots: spotsAround(x + dx, y + dy, 11, KNOB_FONT), text: `e${r}`,
-        font: KNOB_FONT, cls: "knob-name" }); // beside its button, not in it: the knob's box
+      first.push({ spots: spotsAround(x + dx, y + dy, 11 * zoom, KNOB_FONT * zoom), text: `e${r}`,
+        font: KNOB_FONT * zoom, cls: "knob-name" }); // beside its button, not in it: the knob's box
       // stays the circle (a drag starts from its middle)
       groups.push(g);
     });
@@ -201,11 +217,14 @@ function shapePlane(title, pts, kind, opts = {}) {
     const [x, y] = toPx(...out);
     plane.append(svg("path", { d: `M ${x} ${y - 7} L ${x + 7} ${y} L ${x} ${y + 7} L ${x - 7} ${y} Z`,
       cls: "out-mark", "data-testid": "proj-out-mark" }));
-    first.push({ spots: spotsAround(x, y, 11, PT_FONT).slice(7).concat(spotsAround(x, y, 11, PT_FONT)),
-      text: `out${sel}`, font: PT_FONT, cls: "out-label", attrs: { "data-testid": "proj-out-label" } });
+    const around = spotsAround(x, y, 11 * zoom, PT_FONT * zoom);
+    first.push({ spots: around.slice(7).concat(around),
+      text: `out${sel}`, font: PT_FONT * zoom, cls: "out-label", attrs: { "data-testid": "proj-out-label" } });
   }
   placeLabels(plane, [...first, ...labels], { knobs: knobs.map((c) => ({ ...c, r: c.r + 2 })),
     bounds: { x0: 0, y0: 0, x1: PLANE.size, y1: PLANE.size } });
+  plane.querySelectorAll("text.pt-label, text.out-label").forEach((t) => zoomText(t, PT_FONT));
+  plane.querySelectorAll("text.knob-name").forEach((t) => zoomText(t, KNOB_FONT));
   plane.append(...groups); // the knobs on top of everything
   return el("figure", { cls: "proj-fig" }, [plane, el("div", { cls: "plane-title" },
     title === "X" ? "X (the input)" : `${title} = X ${basis.label}` + (line ? " (a line)" : ""))]);
@@ -213,7 +232,7 @@ function shapePlane(title, pts, kind, opts = {}) {
 
 /** Q, K, V drawn at the morph's t from the server's frames, or (while an answer is on its way)
  * by the local product. */
-function renderPlanes() {
+function renderPlanes(redrawn = false) {
   const x = points();
   const local = (m) => x.map(([a, b]) => m[0].length > 1
     ? [a * m[0][0] + b * m[1][0], a * m[0][1] + b * m[1][1]] : [a * m[0][0] + b * m[1][0], 0]);
@@ -237,6 +256,13 @@ function renderPlanes() {
     }));
   }
   $("#proj-planes-box").replaceChildren(...figs);
+  // drawn smaller than their 220 units (a phone): once more with the text zoomed to stay legible
+  const want = textZoom();
+  if (Math.abs(want - zoom) > 0.01 && !redrawn) {
+    zoom = want;
+    renderPlanes(true);
+    return;
+  }
   $("#proj-morph-note").textContent = morphNote(ok);
   if (focused) {
     const again = $(`[data-testid="${focused}"]`);

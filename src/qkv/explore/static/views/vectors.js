@@ -86,8 +86,22 @@ function arrowLine(kind, index, vec) {
   return g;
 }
 
-const LABEL_FONT = 14; // #plane .label in style.css: ≥ 11 CSS px once a phone shrinks the plane
+const LABEL_FONT = 14; // #plane .label in style.css, at full size
+const KNOB_FONT = 13; // #plane .knob-label: the plane's smallest text
 const KNOB = { plain: 10, fanned: 11 }; // knob radii (px of the plane)
+const MIN_TEXT_PX = 11.5; // no text of the plane renders smaller, in CSS px
+// How much larger than at full size the plane's text (and the knobs that hold names) is drawn:
+// a phone shows the 480-unit plane ~370 px wide, which would render 13-unit text at 10 px.
+let zoom = 1;
+
+/** The zoom that keeps the smallest text ≥ MIN_TEXT_PX as rendered (the SVG's own scale). */
+function textZoom(plane) {
+  const shown = plane.getBoundingClientRect().width;
+  return shown > 0 ? Math.max(1, (MIN_TEXT_PX * PLANE.size) / (KNOB_FONT * shown)) : 1;
+}
+/** Draw `node` (an SVG text) at `size` units times the zoom: through the CSSOM, which the
+ * page's Content-Security-Policy allows where a style attribute would be refused. */
+const zoomText = (node, size) => { node.style.fontSize = `${(size * zoom).toFixed(2)}px`; };
 const MANY = 4; // more tokens than this: only q0's row is labelled (the rest are in the tables)
 
 /** Spots for a label beside its arrow tip: its own side first, then the other side, a line
@@ -95,15 +109,17 @@ const MANY = 4; // more tokens than this: only q0's row is labelled (the rest ar
 function labelSpots({ x, y, tip, anchor }) {
   const flipped = { x: 2 * tip[0] - x, anchor: anchor === "end" ? "start" : "end" };
   const spots = [];
-  for (const dy of [0, 16, -16, 32, -32, 48, -48]) {
+  for (const line of [0, 1, -1, 2, -2, 3, -3]) { // a line is 16 units at full size
+    const dy = 16 * zoom * line;
     spots.push({ x, y: y + dy, anchor }, { ...flipped, y: y + dy });
   }
   // then further round the tip: either side of it, up to four lines up or down
-  for (const dy of [0, -16, 16, -32, 32, -48, 48, -64, 64]) {
-    spots.push({ x: tip[0] - 14, y: tip[1] + dy + 5, anchor: "end" },
-      { x: tip[0] + 14, y: tip[1] + dy + 5, anchor: "start" });
+  for (const line of [0, -1, 1, -2, 2, -3, 3, -4, 4]) {
+    const dy = 16 * zoom * line;
+    spots.push({ x: tip[0] - 14 * zoom, y: tip[1] + dy + 5 * zoom, anchor: "end" },
+      { x: tip[0] + 14 * zoom, y: tip[1] + dy + 5 * zoom, anchor: "start" });
   }
-  return [...spots, ...spotsAround(tip[0], tip[1], 18, LABEL_FONT)];
+  return [...spots, ...spotsAround(tip[0], tip[1], 18 * zoom, LABEL_FONT * zoom)];
 }
 
 /** Draggable handles for the arrow heads. Heads at (nearly) the same point fan out around
@@ -112,17 +128,18 @@ function labelSpots({ x, y, tip, anchor }) {
  * move it. */
 function knobsOf(items) {
   const tips = items.map((item) => toPx(item.vec[0], item.vec.length > 1 ? item.vec[1] : 0));
-  const offsets = fanOut(tips, 16, 24);
+  const offsets = fanOut(tips, 16 * zoom, 24 * zoom); // knobs grow with their names
   return items.map((item, n) => {
     const [dx, dy] = offsets[n];
     const fanned = dx !== 0 || dy !== 0;
-    return { x: tips[n][0] + dx, y: tips[n][1] + dy, r: (fanned ? KNOB.fanned : KNOB.plain) + 2 };
+    return { x: tips[n][0] + dx, y: tips[n][1] + dy,
+      r: (fanned ? KNOB.fanned : KNOB.plain) * zoom + 2 };
   });
 }
 
 function placeHandles(plane, items) {
   const tips = items.map((item) => toPx(item.vec[0], item.vec.length > 1 ? item.vec[1] : 0));
-  const offsets = fanOut(tips, 16, 24);
+  const offsets = fanOut(tips, 16 * zoom, 24 * zoom); // knobs grow with their names
   items.forEach((item, n) => {
     const [x, y] = tips[n];
     const [dx, dy] = offsets[n];
@@ -137,10 +154,13 @@ function placeHandles(plane, items) {
     });
     // a tether joins a fanned knob to its true tip
     if (fanned) g.append(svg("line", { x1: x, y1: y, x2: x + dx, y2: y + dy, cls: "tether" }));
-    g.append(svg("circle", { cx: x + dx, cy: y + dy, r: fanned ? KNOB.fanned : KNOB.plain,
+    g.append(svg("circle", { cx: x + dx, cy: y + dy,
+      r: (fanned ? KNOB.fanned : KNOB.plain) * zoom,
       cls: `handle ${item.kind}`, "data-kind": item.kind, "data-index": item.index }));
     if (fanned) {
-      const t = svg("text", { x: x + dx, y: y + dy + 4.5, cls: "knob-label", "text-anchor": "middle" });
+      const t = svg("text", { x: x + dx, y: y + dy + 4.5 * zoom, cls: "knob-label",
+        "text-anchor": "middle" });
+      zoomText(t, KNOB_FONT);
       t.textContent = label;
       g.append(t);
     }
@@ -155,6 +175,7 @@ function renderPlane() {
   const refocus = focused ? focused.dataset.testid : null;
   plane.replaceChildren();
   plane.dataset.range = PLANE.range;
+  zoom = textZoom(plane);
   const defs = svg("defs");
   for (const kind of ["query", "key", "value", "output"]) {
     const marker = svg("marker", {
@@ -186,7 +207,7 @@ function renderPlane() {
     const [x2, y2] = toPx(vec[0], vec.length > 1 ? vec[1] : 0);
     const [dx, dy, anchor] = LABEL_OFFSETS[kind];
     labels.push({ spots: labelSpots({ x: x2 + dx, y: y2 + dy, tip: [x2, y2], anchor }), text,
-      font: LABEL_FONT, cls: `label ${kind}`,
+      font: LABEL_FONT * zoom, cls: `label ${kind}`,
       attrs: { "data-testid": `label-${kind}-${index}`, "data-tip": `${x2},${y2}` } });
   };
   // labels are placed in order of importance: queries, keys, outputs, values
@@ -220,6 +241,7 @@ function renderPlane() {
   });
   placeLabels(plane, labels, { knobs: knobsOf(handles),
     bounds: { x0: 0, y0: 0, x1: PLANE.size, y1: PLANE.size } });
+  plane.querySelectorAll("text.label").forEach((t) => zoomText(t, LABEL_FONT));
   placeHandles(plane, handles);
   $("#plane-said").textContent = many
     ? `${state.q.length} queries, ${state.k.length} keys: labelled are q0, q0's weight on each ` +
