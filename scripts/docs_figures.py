@@ -530,6 +530,33 @@ def farback_ssm_cells(o: Output) -> list[Cell]:
     return cells
 
 
+FARBACK_RNN = ("qkv train farback --seed 0 --kinds rnn --json out/farback-rnn.json "
+               "--plot out/farback-rnn.png --save-dir out")
+
+
+def farback_rnn_cells(o: Output) -> list[Cell]:
+    """lesson.md §2's "The recurrent chain the lesson means: a plain RNN": its row of accuracy
+    by lag, its units, how far it fades, its last bucket's interval and its training time."""
+    result = json.loads((o.out / "farback-rnn.json").read_text())
+    header, _ = doc_table("docs/lesson.md", FARBACK_RNN)
+    rnn = result["models"]["rnn"]
+    near, far = rnn["by_lag"][0], rnn["by_lag"][-1]
+    cells = _farback_rows(header, result["models"], {"rnn": "plain RNN (tanh, no gates)"},
+                          params=True)
+    cells += [Cell(prose=r"With ([\d,]+) units its parameters", measured=str(rnn["d_model"])),
+              Cell(prose=r"its parameters \(([\d,]+)\) are the GRU's budget",
+                   measured=f"{rnn['parameters']:,}"),
+              Cell(prose=r"right at lag 1 \(([\d.]+)\)", measured=f"{near['accuracy']:.3f}"),
+              Cell(prose=r"lower with every doubling of the lag, to\s+([\d.]+)",
+                   measured=f"{far['accuracy']:.3f}"),
+              Cell(prose=r"its last bucket, ([\d.]+)–", measured=f"{far['interval'][0]:.3f}"),
+              Cell(prose=r"its last bucket, [\d.]+–([\d.]+)",
+                   measured=f"{far['interval'][1]:.3f}"),
+              Cell(prose=r"the plain RNN's ([\d.]+) s, a busy machine",
+                   measured=f"{rnn['train_seconds']:.0f}", kind="timing")]
+    return cells
+
+
 MQAR = "qkv train mqar --seed 0 --json out/mqar.json --plot out/mqar.png --save-dir out"
 MQAR_COLUMNS = {"attention": "attention", "ssm-small": "state-space, small state",
                 "ssm-large": "state-space, large state"}
@@ -985,6 +1012,10 @@ RUNS = [
         {"farback-ssm.json": "docs/figures/farback-ssm.json",
          "farback-ssm.png": "docs/figures/farback-ssm.png",
          "farback-ssm.safetensors": "src/qkv/tasks/data/farback-ssm.safetensors"}),
+    Run("farback-rnn", "docs/lesson.md", FARBACK_RNN, 1.0, farback_rnn_cells,
+        {"farback-rnn.json": "docs/figures/farback-rnn.json",
+         "farback-rnn.png": "docs/figures/farback-rnn.png",
+         "farback-rnn.safetensors": "src/qkv/tasks/data/farback-rnn.safetensors"}),
     Run("mqar", "docs/lesson.md", MQAR, 30.0, mqar_cells,
         {"mqar.json": ("docs/figures/mqar.json", "src/qkv/tasks/data/mqar.json"),
          "mqar.png": "docs/figures/mqar.png",

@@ -188,7 +188,8 @@ def read(seed: int, event_lag=None, event_sign=None, distractor_lags=None) -> di
 
 def _run(metrics: dict, config) -> dict:
     """One model's shipped run, as the view reads it."""
-    return {"parameters": metrics["parameters"], "steps": config.steps,
+    return {"parameters": metrics["parameters"], "units": metrics.get("d_model", config.d_model),
+            "steps": config.steps,
             "train_seconds": metrics["train_seconds"], "accuracy": metrics["accuracy"],
             "by_lag": metrics["by_lag"], "chance_from": metrics["chance_from"],
             "progress": {k: metrics["progress"][k]
@@ -197,11 +198,12 @@ def _run(metrics: dict, config) -> dict:
 
 def curves() -> dict:
     """Accuracy by lag of the three shipped models, as their training run measured it on its
-    held-out set (the checkpoints' metrics, written by ``qkv train farback``), and the tuned
-    GRU's run (:func:`qkv.tasks.farback.tuned_gru_run`)."""
+    held-out set (the checkpoints' metrics, written by ``qkv train farback``), of the plain RNN
+    (``farback.RNN_COMMAND``, the same held-out set) and the tuned GRU's run
+    (:func:`qkv.tasks.farback.tuned_gru_run`)."""
     from qkv.tasks import farback
 
-    ms = models()
+    ms = {**models(), "rnn": load("rnn")}
     config = ms["attention"].config
     with _lock:
         if "shipped" not in _curves:
@@ -212,6 +214,7 @@ def curves() -> dict:
             _curves["shipped"] = {
                 "held_out": sum(r["cases"] for r in att["by_lag"]), "per_bucket": per,
                 "window": config.window, "command": farback.SHIPPED_COMMAND,
+                "rnn_command": farback.RNN_COMMAND,
                 "models": {kind: _run(m.metrics, config) for kind, m in ms.items()},
                 "gru_tuned": {**_run(tuned["run"], farback.FarbackConfig(**tuned["config"])),
                               "gate_bias": tuned["config"]["gru_gate_bias"],

@@ -117,6 +117,7 @@ class FarbackProgress(BaseModel):
 
 class FarbackCurve(BaseModel):
     parameters: int
+    units: int = Field(description="the width: recurrent units (GRU, RNN) or d_model")
     steps: int
     train_seconds: float = Field(description="measured on a busy 2-core machine")
     accuracy: float
@@ -135,6 +136,7 @@ class FarbackCurves(BaseModel):
     attention: FarbackCurve
     recency: FarbackCurve
     gru: FarbackCurve
+    rnn: FarbackCurve = Field(description="the plain (tanh) RNN, trained by rnn_command")
 
 
 class FarbackCurvesResponse(BaseModel):
@@ -142,6 +144,7 @@ class FarbackCurvesResponse(BaseModel):
     per_bucket: int = Field(description="held-out series per lag bucket")
     window: int
     command: str = Field(description="the command that trained the shipped models")
+    rnn_command: str = Field(description="the command that trained the plain RNN")
     models: FarbackCurves
     gru_tuned: FarbackTuned
     top_weight_on_event: float = Field(description="share of held-out series whose largest "

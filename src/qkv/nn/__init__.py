@@ -22,11 +22,13 @@ from .mlp import MLP
 from .norm import LayerNorm
 from .optim import Adam
 from .paged_cache import PagedKVCache, PagedLayerCache
+from .rnn import RNN
 from .ssm import CausalConv, MambaBlock, SelectiveSSM, linear_scan
 
 __all__ = [
     "GRU",
     "MLP",
+    "RNN",
     "Adam",
     "CausalConv",
     "Embedding",

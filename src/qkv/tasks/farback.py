@@ -43,6 +43,10 @@ three above — their generators, checkpoints and figures — are what they were
   linear embedding of each step; its output at the last step — a read of its fixed-size state,
   ``SSM_WIDTH × SSM_N_STATE`` numbers per series whatever the window — feeds a linear read-out.
   Its width is chosen so its parameters (4,500) sit between the GRU's and attention's.
+- ``rnn``: a plain (Elman, tanh) RNN (:class:`qkv.nn.RNN`) over the window, no gates; its
+  last state feeds a linear read-out. ``RNN_WIDTH`` units give it about the GRU's parameters
+  (4,368 vs 4,386): the recurrent chain the lesson says decays, trained as the GRU is
+  (``qkv train farback --kinds rnn``).
 """
 
 from __future__ import annotations
@@ -55,6 +59,7 @@ import numpy as np
 
 from ..nn import (
     GRU,
+    RNN,
     Linear,
     MambaBlock,
     MultiHeadAttention,
@@ -67,7 +72,7 @@ from . import checkpoint as ckpt
 from .training import cosine_lr, train_each, train_steps
 
 KINDS = ("attention", "recency", "gru")  # the shipped run (view 8, `qkv train farback`)
-OPT_IN = ("ssm",)  # trained only by name (--kinds); seeded after KINDS, so KINDS are unchanged
+OPT_IN = ("ssm", "rnn")  # trained only by name (--kinds); seeded after KINDS: KINDS unchanged
 ALL_KINDS = KINDS + OPT_IN
 # The state-space model's width and state size: N = 16 is Mamba's default; width 26 puts its
 # parameters (4,500 with the embedding and read-out) between the GRU's (4,386) and
@@ -76,6 +81,9 @@ ALL_KINDS = KINDS + OPT_IN
 # shipped checkpoints' headers) stays as it was; a checkpoint's shapes pin them.
 SSM_WIDTH = 26
 SSM_N_STATE = 16
+# The plain RNN's units: 59 × (11 + 59 + 2) + 59 × 2 + 2 = 4,368 parameters, the GRU's budget
+# (4,386) less 18 — a 60th unit would overshoot it by 132. A constant, as SSM_WIDTH is.
+RNN_WIDTH = 59
 SSM_CHUNK = 100  # series per forward when scoring the SSM: its states are (B, W, 26, 16)
 TASK = "farback"
 DATA = Path(__file__).parent / "data"
@@ -317,7 +325,7 @@ class ExpDecayPool(Layer):
 
 # -- the models -------------------------------------------------------------------------
 class FarbackModel:
-    """``kind`` in ALL_KINDS ("attention", "recency", "gru", "ssm"); ``forward(x) → logits
+    """``kind`` in ALL_KINDS ("attention", "recency", "gru", "ssm", "rnn"); ``forward(x) → logits
     (B, 2)``. Each kind draws its initial weights from the generator ``[seed, index]``, its
     index in ALL_KINDS (the opt-in kinds after the shipped three)."""
 
@@ -344,6 +352,11 @@ class FarbackModel:
             self.gru = GRU(c.d_in, d, rng=gen, dtype=dtype)
             self.gru.params["b_hh"][d: 2 * d] += c.gru_gate_bias  # the update gate z
             self.layers = {"gru": self.gru}
+            self.extra = {}
+        elif kind == "rnn":
+            d = RNN_WIDTH
+            self.rnn = RNN(c.d_in, d, rng=gen, dtype=dtype)
+            self.layers = {"rnn": self.rnn}
             self.extra = {}
         else:
             d = SSM_WIDTH
@@ -377,6 +390,9 @@ class FarbackModel:
         elif self.kind == "gru":
             (_, z), c1 = self.gru.forward(x)  # (B, d): the last state
             c2 = c3 = None
+        elif self.kind == "rnn":
+            (_, z), c1 = self.rnn.forward(x)  # (B, RNN_WIDTH): the last state
+            c2 = c3 = None
         else:
             e, c1 = self.embed.forward(x)  # (B, W, d)
             m, c2 = self.mamba.forward(e)  # (B, W, d)
@@ -405,6 +421,9 @@ class FarbackModel:
         elif self.kind == "gru":
             _, g_gru = self.gru.backward(c1, (None, dz))
             grads.update(prefixed("gru", g_gru))
+        elif self.kind == "rnn":
+            _, g_rnn = self.rnn.backward(c1, (None, dz))
+            grads.update(prefixed("rnn", g_rnn))
         else:
             dm = np.zeros(c3, dtype=dz.dtype)  # (B, W, d): only the last step is read
             dm[:, -1] = dz
@@ -446,6 +465,9 @@ class FarbackModel:
         if kind == "ssm":  # its width and state size are the module's (SSM_WIDTH, SSM_N_STATE)
             return {"embed.weight": (c.d_in, SSM_WIDTH),
                     "mamba.ssm.a_log": (SSM_WIDTH, SSM_N_STATE), "head.weight": (SSM_WIDTH, 2)}
+        if kind == "rnn":  # its width is the module's (RNN_WIDTH)
+            return {"rnn.w_ih": (c.d_in, RNN_WIDTH), "rnn.w_hh": (RNN_WIDTH, RNN_WIDTH),
+                    "head.weight": (RNN_WIDTH, 2)}
         first = {"gru": ("gru.w_ih", (c.d_in, 3 * d))}.get(kind, ("embed.weight", (c.d_in, d)))
         return {first[0]: first[1], "head.weight": (d, 2)}
 
@@ -458,15 +480,16 @@ class FarbackModel:
 
 def load_pretrained(kind: str = "attention") -> FarbackModel:
     """The shipped model of ``kind``: "attention", "recency" or "gru", trained by
-    ``qkv train farback --seed 0 --save-dir DIR``, or "ssm", by ``SSM_COMMAND`` (with
-    ``--save-dir DIR``), copied into ``qkv/tasks/data`` (see docs/lesson.md §2); ``.metrics``
+    ``qkv train farback --seed 0 --save-dir DIR``, or "ssm" or "rnn", by ``SSM_COMMAND`` or
+    ``RNN_COMMAND`` (with ``--save-dir DIR``), copied into ``qkv/tasks/data`` (see
+    docs/lesson.md §2); ``.metrics``
     holds its held-out scores by lag. A kind whose checkpoint is not in this installation is a
     FileNotFoundError naming the kind and the command that trains it."""
     if kind not in ALL_KINDS:
         raise ValueError(f"load_pretrained: kind must be one of {ALL_KINDS}, got {kind!r}")
     path = DATA / f"farback-{kind}.safetensors"
     if not path.is_file():
-        command = SHIPPED_COMMAND if kind in KINDS else SSM_COMMAND
+        command = SHIPPED_COMMAND if kind in KINDS else OPT_IN_COMMANDS[kind]
         raise FileNotFoundError(f"load_pretrained: no shipped far-back checkpoint of kind "
                                 f"{kind!r} ({path} is missing); train one with `{command}` "
                                 f"(it writes out/farback-{kind}.safetensors) and load it "
@@ -581,6 +604,8 @@ def experiment(config: FarbackConfig, per_bucket: int = 500, *, kinds=KINDS, on_
             out["learned_lambda"] = [round(float(v), 4) for v in model.pool.lam()]
         if model.kind == "ssm":  # the fixed-size state: width × states per channel
             out["d_model"], out["n_state"] = SSM_WIDTH, SSM_N_STATE
+        if model.kind == "rnn":
+            out["d_model"] = RNN_WIDTH
         return out
 
     runs, models = train_each(kinds, lambda kind: FarbackModel(config, kind), train_watched,
@@ -617,6 +642,9 @@ SHIPPED_COMMAND = ("qkv train farback --seed 0 --json out/farback.json --plot ou
                    "--save-dir out")
 SSM_COMMAND = ("qkv train farback --seed 0 --kinds ssm --json out/farback-ssm.json "
                "--plot out/farback-ssm.png --save-dir out")
+RNN_COMMAND = ("qkv train farback --seed 0 --kinds rnn --json out/farback-rnn.json "
+               "--plot out/farback-rnn.png --save-dir out")
+OPT_IN_COMMANDS = {"ssm": SSM_COMMAND, "rnn": RNN_COMMAND}
 TUNED_COMMAND = ("qkv train farback --seed 0 --gru-gate-bias 3 --json "
                  "out/farback-gru-tuned.json --plot out/farback-gru-tuned.png")
 

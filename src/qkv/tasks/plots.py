@@ -60,7 +60,8 @@ def farback_plot(result: dict, path) -> Path:
     plt = _pyplot()
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
     styles = {"attention": ("tab:blue", "o-"), "recency": ("tab:orange", "s-"),
-              "gru": ("tab:green", "^-"), "ssm": ("tab:purple", "D-")}
+              "gru": ("tab:green", "^-"), "ssm": ("tab:purple", "D-"),
+              "rnn": ("tab:red", "v--")}
     first = next(iter(result["models"].values()))["by_lag"]
     xs = list(range(len(first)))
     ticks = [f"{r['lags'][0]}–{r['lags'][1]}" if r["lags"][1] > r["lags"][0]

@@ -16,7 +16,10 @@ function axis(spec, values, lo, hi) {
 
 /**
  * opts: testid, label (for screen readers), left (the margin for the y ticks, 58), x and y: {label, log, domain [lo, hi], ticks
- * [values], format(v) → text}, series: [{name, color, dash, points: [{x, y, title, hollow}]}],
+ * [values], format(v) → text}, series: [{name, color, dash, lineWidth, opacity, marker,
+ * points: [{x, y, title, hollow}]}] (marker: "circle" by default, "square", "triangle",
+ * "diamond" or "ring" — a larger open circle that leaves a marker drawn on the same point
+ * inside it visible),
  * refY: optional {value, label} (a dashed horizontal line, e.g. chance), marks: optional
  * [{x, label}] (vertical lines). Each marker has data-testid `${testid}-${series}-${i}` and its
  * numbers in data-x, data-y.
@@ -62,11 +65,13 @@ export function lineChart(opts) {
   }
   opts.series.forEach((s, k) => {
     const color = s.color || PALETTE[k % PALETTE.length];
+    // a series given a marker shape or dash keeps it in the legend too: where curves coincide
+    // (two models right at every lag), their patterns are what tell them apart
     if (s.points.length > 1) {
       const path = svg("polyline", { cls: "chart-line",
         points: s.points.map((p) => `${fx(p.x)},${fy(p.y)}`).join(" ") });
       path.style.stroke = color;
-      if (s.dash) path.style.strokeDasharray = s.dash;
+      styleLine(path, s);
       chart.append(path);
     }
     s.points.forEach((p, i) => {
@@ -74,9 +79,9 @@ export function lineChart(opts) {
         cls: "chart-dot" };
       const dot = p.hollow
         ? svg("rect", { ...attrs, x: fx(p.x) - 4, y: fy(p.y) - 4, width: 8, height: 8 })
-        : svg("circle", { ...attrs, cx: fx(p.x), cy: fy(p.y), r: 4 });
+        : marker(s.marker, fx(p.x), fy(p.y), attrs);
       dot.style.stroke = color;
-      dot.style.fill = p.hollow ? "#ffffff" : color;
+      dot.style.fill = p.hollow ? "#ffffff" : s.marker === "ring" ? "none" : color;
       const tip = svg("title");
       tip.textContent = p.title;
       dot.append(tip);
@@ -86,10 +91,46 @@ export function lineChart(opts) {
   const key = el("div", { cls: "legend-bar chart-key" }, opts.series.filter((s) => !s.hideKey)
     .map((s) => {
       const k = opts.series.indexOf(s);
+      const color = s.color || PALETTE[k % PALETTE.length];
+      if (s.dash || s.marker) return el("span", {}, [patternSwatch(s, color), s.name]);
       const sw = el("span", { cls: "chart-swatch", "aria-hidden": "true" });
-      sw.style.background = s.color || PALETTE[k % PALETTE.length];
+      sw.style.background = color;
       return el("span", {}, [sw, s.name]);
     }));
   return el("figure", { cls: "chart-box" }, [chart, key, ...(opts.caption
     ? [el("figcaption", {}, opts.caption)] : [])]);
+}
+
+/** A marker of shape ``kind`` centred at (cx, cy): circle (default), square, triangle, diamond,
+ * ring (an open circle of radius 8, around whatever marker shares its point). */
+export function marker(kind, cx, cy, attrs = {}) {
+  const path = (d) => svg("path", { ...attrs, d });
+  if (kind === "square") return svg("rect", { ...attrs, x: cx - 4, y: cy - 4, width: 8, height: 8 });
+  if (kind === "triangle") return path(`M${cx},${cy - 5} L${cx + 5},${cy + 4} L${cx - 5},${cy + 4} Z`);
+  if (kind === "diamond") return path(`M${cx},${cy - 5} L${cx + 5},${cy} L${cx},${cy + 5} L${cx - 5},${cy} Z`);
+  return svg("circle", { ...attrs, cx, cy, r: kind === "ring" ? 8 : 4 });
+}
+
+/** A line's pattern from a series' options: dash, lineWidth (px), opacity. */
+export function styleLine(line, s) {
+  if (s.dash) line.style.strokeDasharray = s.dash;
+  if (s.lineWidth) line.style.strokeWidth = String(s.lineWidth);
+  if (s.opacity) line.style.opacity = String(s.opacity);
+}
+
+/** A legend swatch drawing a series' line pattern and marker (the chart's, not a colour bar). */
+export function patternSwatch(s, color) {
+  const box = svg("svg", { viewBox: "0 0 30 16", width: 30, height: 16, cls: "chart-pattern",
+    "aria-hidden": "true" });
+  const line = svg("line", { x1: 0, y1: 8, x2: 30, y2: 8, cls: "chart-line" });
+  line.style.stroke = color;
+  styleLine(line, s);
+  box.append(line);
+  if (s.marker !== undefined) {
+    const dot = marker(s.marker, 15, 8, { cls: "chart-dot" });
+    dot.style.stroke = color;
+    dot.style.fill = s.marker === "ring" ? "none" : color;
+    box.append(dot);
+  }
+  return box;
 }

@@ -4,12 +4,13 @@
 // edits (POST /api/farback): each model's answer, the truth, the attention model's weights,
 // and every model's answer with the event moved to each lag of the window (the sweep). Their
 // accuracy by lag on the held-out set, where each falls to chance, and how each one's reach
-// grew in training come from the shipped run (POST /api/farback/curves). Every sentence is
-// written from those numbers.
+// grew in training come from the shipped run (POST /api/farback/curves), beside a plain tanh
+// RNN's (the recurrent chain the lesson says decays; no gates, the GRU's parameter budget).
+// Every sentence is written from those numbers.
 import { Channel } from "../core/api.js";
 import { announce, el, fmt, svg } from "../core/dom.js";
 import { clearError, showError } from "../core/errors.js";
-import { lineChart, PALETTE } from "../core/chart.js";
+import { lineChart, PALETTE, patternSwatch, styleLine } from "../core/chart.js";
 import { defineState, state, writeURL } from "../core/state.js";
 
 export const name = "farback";
@@ -48,11 +49,27 @@ export const READS = {
     "models.gru.progress.accuracy", "models.gru.progress.chance_from", "gru_tuned.parameters",
     "gru_tuned.steps", "gru_tuned.train_seconds", "gru_tuned.accuracy", "gru_tuned.by_lag.lags",
     "gru_tuned.by_lag.accuracy", "gru_tuned.chance_from", "gru_tuned.progress.steps",
-    "gru_tuned.progress.chance_from", "gru_tuned.gate_bias", "gru_tuned.command"],
+    "gru_tuned.progress.chance_from", "gru_tuned.gate_bias", "gru_tuned.command",
+    "rnn_command", "models.attention.units", "models.recency.units", "models.gru.units",
+    "models.rnn.units", "models.rnn.parameters", "models.rnn.steps", "models.rnn.train_seconds",
+    "models.rnn.accuracy", "models.rnn.by_lag.lags", "models.rnn.by_lag.cases",
+    "models.rnn.by_lag.correct", "models.rnn.by_lag.accuracy", "models.rnn.by_lag.interval",
+    "models.rnn.chance_from", "models.rnn.progress.per_bucket", "models.rnn.progress.steps",
+    "models.rnn.progress.accuracy", "models.rnn.progress.chance_from"],
 };
 
-const KINDS = ["attention", "recency", "gru"];
-const LABEL = { attention: "attention", recency: "recency average", gru: "GRU" };
+const KINDS = ["attention", "recency", "gru"]; // the models that read the learner's series
+const CURVE_KINDS = [...KINDS, "rnn"]; // the shipped runs' curves: the plain RNN's too
+const LABEL = { attention: "attention", recency: "recency average", gru: "GRU", rnn: "plain RNN" };
+// Each model's line pattern and marker, in both charts and their legends: where curves coincide
+// (attention and the GRU are right at every lag), attention's wide pale line and open ring
+// stay visible around the GRU's dashes and triangles drawn over them.
+const STYLE = {
+  attention: { marker: "ring", lineWidth: 5, opacity: 0.45 },
+  recency: { dash: "2 3", marker: "square" },
+  gru: { dash: "7 4", marker: "triangle" },
+  rnn: { dash: "10 3 2 3", marker: "diamond" },
+};
 const MAX_SEED = 2 ** 31 - 1;
 const MAX_DISTRACTORS = 64;
 
@@ -235,16 +252,13 @@ function sweepPlot(d, width) {
     const line = svg("polyline", { points: pts.join(" "), cls: "chart-line",
       "data-testid": `far-sweep-${kind}` });
     line.style.stroke = PALETTE[k];
-    if (k === 2) line.style.strokeDasharray = "6 3";
+    styleLine(line, STYLE[kind]);
     chart.append(line);
   });
   const at = lx(d.event.lag);
   chart.append(svg("line", { x1: at, y1: m.t, x2: at, y2: H - m.b, cls: "far-now" }));
-  const key = el("div", { cls: "legend-bar chart-key" }, KINDS.map((kind, k) => {
-    const sw = el("span", { cls: "chart-swatch", "aria-hidden": "true" });
-    sw.style.background = PALETTE[k];
-    return el("span", {}, [sw, LABEL[kind]]);
-  }));
+  const key = el("div", { cls: "legend-bar chart-key" }, KINDS.map((kind, k) => el("span", {},
+    [patternSwatch({ ...STYLE[kind], marker: undefined }, PALETTE[k]), LABEL[kind]])));
   return el("figure", { cls: "chart-box" }, [chart, key, el("figcaption", {},
     "P(right answer) of each model with this series' event moved to each lag (above 0.5: " +
     "right); the grey line is the lag chosen now.")]);
@@ -403,21 +417,20 @@ function curvesChart(c, width) {
   const ticks = [1, 4, 16, 64, 256, 1024].filter((t) => t <= c.window);
   return lineChart({
     testid: "far-curves", width, height: 260, left: CHART_LEFT,
-    label: `held-out accuracy by lag of the three models, ${c.per_bucket} series per lag bucket`,
+    label: `held-out accuracy by lag of the four models, ${c.per_bucket} series per lag bucket`,
     x: { label: "lag of the event (log scale)", log: true, domain: [1, c.window], ticks,
       format: (v) => String(v) },
     y: { label: "accuracy", domain: [0.3, 1], ticks: [0.5, 0.75, 1], format: (v) => fmt(v, 2) },
     refY: { value: 0.5, label: "chance" },
     // each model's chance bucket, labelled where the label fits (the legend names them all)
-    marks: KINDS.filter((k) => c.models[k].chance_from !== null).map((k, _, all) => {
+    marks: CURVE_KINDS.filter((k) => c.models[k].chance_from !== null).map((k, _, all) => {
       const x = c.models[k].chance_from[0];
       const label = `${SHORT[k]} at chance`;
       const alone = all.filter((j) => c.models[j].chance_from[0] === x).length === 1;
       return { x, label: alone && markFits(x, label, c.window, width) ? label : "" };
     }),
-    series: KINDS.map((kind, k) => ({
-      name: `${LABEL[kind]}: ${chanceWords(c.models[kind])}`, color: PALETTE[k],
-      dash: k === 2 ? "6 3" : undefined,
+    series: CURVE_KINDS.map((kind, k) => ({
+      name: `${LABEL[kind]}: ${chanceWords(c.models[kind])}`, color: PALETTE[k], ...STYLE[kind],
       points: c.models[kind].by_lag.map((b) => ({ x: mid(b), y: b.accuracy,
         title: `${LABEL[kind]}, lag ${lagsText(b.lags)}: ${b.correct} of ${b.cases} right, ` +
           `${fmt(b.accuracy, 3)} (95% interval ${fmt(b.interval[0], 3)}–${fmt(b.interval[1], 3)})` })) })),
@@ -431,9 +444,9 @@ function curvesTable(c) {
     "aria-label": "held-out accuracy by lag, a table" }, [
     el("table", { cls: "matrix", "data-testid": "far-curves-table" }, [
       el("caption", {}, `held-out accuracy per lag bucket (${c.per_bucket} series each)`),
-      el("tr", {}, [el("th", {}, "lag"), ...KINDS.map((k) => el("th", {}, LABEL[k]))]),
+      el("tr", {}, [el("th", {}, "lag"), ...CURVE_KINDS.map((k) => el("th", {}, LABEL[k]))]),
       ...buckets.map((b, i) => el("tr", {}, [el("th", {}, lagsText(b.lags)),
-        ...KINDS.map((k) => {
+        ...CURVE_KINDS.map((k) => {
           const r = c.models[k].by_lag[i];
           const chance = r.interval[0] <= 0.5 && 0.5 <= r.interval[1];
           return el("td", { "data-testid": `far-acc-${k}-${i}`, "data-value": r.accuracy,
@@ -441,7 +454,7 @@ function curvesTable(c) {
             title: `95% interval ${fmt(r.interval[0], 3)}–${fmt(r.interval[1], 3)}` },
           fmt(r.accuracy, 3) + (chance ? " ~" : ""));
         })])),
-      el("tr", {}, [el("th", {}, "all"), ...KINDS.map((k) => el("td", {
+      el("tr", {}, [el("th", {}, "all"), ...CURVE_KINDS.map((k) => el("td", {
         "data-testid": `far-acc-${k}`, "data-value": c.models[k].accuracy },
       fmt(c.models[k].accuracy, 3)))]),
     ])]);
@@ -450,9 +463,9 @@ function curvesTable(c) {
 function curvesWords(c) {
   const out = [];
   const first = (k) => c.models[k].by_lag[0];
-  out.push(`With the event at lag ${lagsText(first("attention").lags)}: ` + KINDS.map((k) =>
+  out.push(`With the event at lag ${lagsText(first("attention").lags)}: ` + CURVE_KINDS.map((k) =>
     `${LABEL[k]} ${fmt(first(k).accuracy, 3)}`).join(", ") + ` (${c.per_bucket} held-out series).`);
-  const said = KINDS.map((k) => {
+  const said = CURVE_KINDS.map((k) => {
     const run = c.models[k];
     if (run.chance_from === null) {
       const low = run.by_lag.reduce((a, b) => (b.accuracy < a.accuracy ? b : a));
@@ -473,7 +486,7 @@ function curvesWords(c) {
 
 function progressWords(c) {
   const out = [];
-  for (const k of KINDS) {
+  for (const k of CURVE_KINDS) {
     const p = c.models[k].progress;
     const reach = reachStep(p);
     const early = p.chance_from[0];
@@ -500,6 +513,44 @@ function tunedWords(c) {
     `parameters, ${fmt(c.models.attention.train_seconds, 1)} s, ${reach(reachStep(c.models.attention.progress))}.`;
 }
 
+/** The plain RNN's fade beside the GRU, and the gates' price, from the shipped runs. */
+export function gatesWords(c) {
+  const { rnn, gru, attention: att } = c.models;
+  const near = rnn.by_lag[0];
+  const far = rnn.by_lag[rnn.by_lag.length - 1];
+  const gruFar = gru.by_lag[gru.by_lag.length - 1];
+  // the first bucket from which the RNN's interval lies wholly below the GRU's there
+  const behind = rnn.by_lag.findIndex((r, i) => r.interval[1] < gru.by_lag[i].interval[0]);
+  const fade = rnn.by_lag.map((r) => `${fmt(r.accuracy, 3)} at ${lagsText(r.lags)}`).join(", ");
+  const out = [];
+  out.push(`The plain RNN (tanh, no gates: ${rnn.units} units, ${rnn.parameters.toLocaleString("en")} ` +
+    `parameters) is trained as the GRU was, on the same batches. Its accuracy by lag: ${fade}. ` +
+    (far.accuracy < near.accuracy
+      ? `Its memory of the event fades with distance: ${fmt(near.accuracy - far.accuracy, 3)} lower at ` +
+        `lags ${lagsText(far.lags)} than at lag ${lagsText(near.lags)}, ${chanceWords(rnn)}.`
+      : `It does not fade here: ${fmt(far.accuracy, 3)} at lags ${lagsText(far.lags)}.`));
+  out.push(`What the gates buy: the GRU, on the same budget (${gru.parameters.toLocaleString("en")} ` +
+    `parameters), holds the event — ${fmt(gruFar.accuracy, 3)} at lags ${lagsText(gruFar.lags)} where ` +
+    `the plain RNN has ${fmt(far.accuracy, 3)}` + (behind < 0 ? "." : `; from lag ` +
+    `${lagsText(rnn.by_lag[behind].lags)} on, the RNN's 95% interval lies below the GRU's.`) +
+    " Its update gate lets a unit keep its state unchanged across steps; the RNN rewrites every " +
+    "unit through tanh at every step.");
+  const gr = reachStep(gru.progress);
+  const ar = reachStep(att.progress);
+  const reach = (s) => (s === null ? "never at every lag" : `at every lag by step ${s}`);
+  out.push(`What they cost: three sets of weights per unit (reset gate, update gate, candidate), so ` +
+    `the budget buys the GRU ${gru.units} units where the plain RNN has ${rnn.units}. And, like every ` +
+    `recurrent net, it reads a series in order: ${c.window} steps, each waiting for the one before, ` +
+    `where attention compares its query with all ${c.window} steps at once. In training, ${gru.steps} ` +
+    `steps each: the GRU was ${reach(gr)}, attention ${reach(ar)}; they took ` +
+    `${fmt(gru.train_seconds, 1)} s and ${fmt(att.train_seconds, 1)} s on a busy 2-core machine ` +
+    `(the plain RNN ${fmt(rnn.train_seconds, 1)} s) — ` +
+    (gru.train_seconds < att.train_seconds
+      ? "on this CPU the GRU's loop was not the slower one; its price is the order, not these seconds."
+      : `the GRU ${fmt(gru.train_seconds / att.train_seconds, 1)}× attention's time.`));
+  return out;
+}
+
 function renderCurves(c) {
   lastCurves = c;
   const box = $("#far-curves");
@@ -513,7 +564,10 @@ function renderCurves(c) {
     el("h4", {}, "How each model's reach grew in training"),
     el("ul", { "data-testid": "far-progress" }, progressWords(c).map((s) => el("li", {}, s))),
     el("p", { "data-testid": "far-tuned" }, tunedWords(c)),
-    el("p", { cls: "note" }, ["From the run ", el("code", {}, c.command), "."]));
+    el("h4", {}, "What the GRU's gates buy, and what they cost"),
+    el("div", { "data-testid": "far-gates" }, gatesWords(c).map((s) => el("p", {}, s))),
+    el("p", { cls: "note" }, ["From the run ", el("code", {}, c.command), "; the plain RNN's ",
+      el("code", {}, c.rnn_command), "."]));
 }
 
 // -- controls ---------------------------------------------------------------------------------
