@@ -485,16 +485,22 @@ MAGNITUDES_F16 = {"normal": 1.0, "tiny": 1e-4, "subnormal": 1e-7, "large": 1e3, 
 
 
 @st.composite
-def problems(draw, extreme: bool, batch_ok=True):
-    dtype = np.dtype(draw(st.sampled_from(DTYPES)))
+def problems(draw, extreme: bool, batch_ok=True, laid_out=False):
+    """One problem; ``laid_out``: tiles of several rows and columns (up to 48 × 48, D ≥ 2) and
+    every array in a layout other than C order, where a misread stride shows."""
+    # laid out: float32 and float16 (the compiled tile loop's dtypes) more often than float64
+    dtype = np.dtype(draw(st.sampled_from([np.float32, np.float16, *DTYPES] if laid_out
+                                          else DTYPES)))
     batch = draw(st.sampled_from([(), (1,), (2,), (2, 1)] if batch_ok else [()]))
     if draw(st.integers(0, 9)) == 0:
         batch = (0,) if batch else batch  # zero-size batch
     hkv = draw(st.integers(1, 2))
     hq = hkv * draw(st.integers(1, 2))
-    small_n = st.integers(0, 6) if extreme else st.integers(1, 9)
+    small_n = st.integers(0, 6) if extreme else st.integers(8, 48) if laid_out else \
+        st.integers(1, 9)
     nq, nk = draw(small_n), draw(small_n)
-    dk = draw(st.integers(1, 5))
+    dk = draw(st.integers(2, 8) if laid_out else st.integers(1, 5))
+    layout = st.sampled_from(LAYOUTS[1:]) if laid_out else LAYOUT
     dv = draw(st.integers(0, 4)) if extreme else draw(st.integers(1, 4))
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
     table = MAGNITUDES_F16 if dtype == np.float16 else MAGNITUDES
@@ -506,7 +512,7 @@ def problems(draw, extreme: bool, batch_ok=True):
         # normal draws times m, kept inside the dtype (a float16 of 6e4 · 2.5 would be inf,
         # which is the NaN/inf cases' business, not this one's), in a memory layout of its own
         x = np.clip(rng.standard_normal(shape) * m, -top, top).astype(dtype)
-        return lay(x[0] if two_d else x, draw(LAYOUT))
+        return lay(x[0] if two_d else x, draw(layout))
 
     q = arr(*batch, hq, nq, dk, m=mag)
     k = arr(*batch, hkv, nk, dk, m=mag)
@@ -516,7 +522,9 @@ def problems(draw, extreme: bool, batch_ok=True):
     v_mags = [mag, 1.0] + ([top / 4] if dtype != np.float16 else [])
     v = arr(*batch, hkv, nk, dv, m=draw(st.sampled_from(v_mags)) if extreme else 1.0)
     mask = draw(draw_mask(batch, hq, nq, nk)) if not two_d else ("none",)
-    bias_kind = draw(st.sampled_from(["none", "dense", "alibi"]))
+    # laid out: mostly the compiled tile loop's problems (no bias, softcap, score_mod, dropout)
+    plain = laid_out and draw(st.integers(0, 3)) > 0
+    bias_kind = "none" if plain else draw(st.sampled_from(["none", "dense", "alibi"]))
     bias = None
     if bias_kind == "dense":
         shape = draw(st.sampled_from([(nq, nk), (hq, nq, nk), (*batch, hq, nq, nk)]))
@@ -529,9 +537,9 @@ def problems(draw, extreme: bool, batch_ok=True):
                 draw(lengths(batch, nq)) if aligned else None)
     scale = draw(st.one_of(st.none(), st.sampled_from([0.5, 2.0, -1.0, 1e-30] if extreme
                                                         else [0.5, 2.0])))
-    softcap = draw(st.one_of(st.none(), st.sampled_from([0.5, 5.0, 50.0])))
-    score_mod = draw(st.integers(0, 5)) == 0
-    dropout = draw(st.sampled_from([0.0, 0.0, 0.0, 0.3]))
+    softcap = None if plain else draw(st.one_of(st.none(), st.sampled_from([0.5, 5.0, 50.0])))
+    score_mod = not plain and draw(st.integers(0, 5)) == 0
+    dropout = 0.0 if plain else draw(st.sampled_from([0.0, 0.0, 0.0, 0.3]))
     return Problem(q, k, v, mask, bias, scale, softcap, score_mod, dropout,
                    draw(st.integers(0, 99)))
 
@@ -869,7 +877,7 @@ def invalid_cases(draw) -> Case:
 def cases(draw) -> Case:
     """One call to one public entry point (see the module doc)."""
     kind = draw(st.sampled_from(["attention", "weights", "backward", "explain", "merge", "nn",
-                                 "invalid", "garbage"]))
+                                 "invalid", "garbage", "layouts", "layouts"]))
     extreme = draw(st.integers(0, 3)) == 0
     config = draw(CONFIGS)
     if kind == "invalid":
@@ -878,6 +886,18 @@ def cases(draw) -> Case:
         case = mha_case(draw(st.integers(0, 99)), draw(st.integers(1, 6)),
                         draw(st.sampled_from([(1, 1), (2, 1), (2, 2)])), draw(st.booleans()),
                         draw(st.booleans()))
+        case.config = config
+        return case
+    if kind == "layouts":  # every array in a layout other than C order, tiles that show it
+        pr = draw(problems(False, laid_out=True))
+        config = {**config, "small": 0}  # tiled, whatever the sizes: the tile loops' paths
+        case = (attention_case(pr, False) if draw(st.booleans()) else
+                backward_case(pr, 0.0, draw(st.booleans()), False, False, draw(st.booleans()),
+                              dict(out=draw(st.sampled_from(LAYOUTS[1:6])),
+                                   lse=draw(st.sampled_from(LAYOUTS[1:6])),
+                                   dout=draw(st.sampled_from(LAYOUTS[1:])),
+                                   dlse=draw(st.sampled_from(LAYOUTS[1:])))))
+        case.label = f"laid out: {case.label}"
         case.config = config
         return case
     pr = draw(problems(extreme))

@@ -20,6 +20,8 @@ def lay(x: np.ndarray, layout: str) -> np.ndarray:
     x = np.asarray(x)
     if x.ndim < 2 and layout in ("F", "transposed", "strided columns"):
         layout = "C"
+    if layout == "broadcast" and (x.ndim == 0 or x.shape[-2 if x.ndim > 1 else -1] == 0):
+        layout = "C"  # no row to repeat
     if layout == "C":
         return np.ascontiguousarray(x)
     if layout == "F":  # every axis column-major (np.asfortranarray)
