@@ -165,3 +165,29 @@ def test_the_gpt_sentences_each_name_their_one_measure(page, prompt):
         f"({a.heads[direct]:.2f})" in logit, logit
     assert f"by every path) is largest for L{total[0]}H{total[1]} " \
         f"({e.total_effect[total]:.2f})" in logit, logit
+
+
+# -- view 1: the letter F's task says what is possible, and its ✓ is reachable ------------------
+def test_the_letter_f_task_says_at_most_3_of_7_and_is_done_there(page):
+    from test_explore_learner_api import SHAPES, corners_by_sweep, reaching_w_k
+
+    x = np.array(SHAPES["letter"])
+    corners = corners_by_sweep(x)
+    identity = [[1, 0], [0, 1]]
+    open_view(page, "projections", {"proj": {"shape": "letter", "w_q": identity,
+                                             "w_k": identity, "w_v": identity}})
+    page.get_by_test_id("proj-task").wait_for()
+    idle(page)
+    said = page.get_by_test_id("proj-task").text_content()
+    assert "At most 3 of 7 can" in said and "(points 0, 3, 5)" in said, said
+    assert "points 1, 2, 4, 6 lie on an edge or inside it" in said, said
+    assert "every point that can attend to itself" in said
+    w_k = reaching_w_k(x, len(corners))
+    open_view(page, "projections", {"proj": {"shape": "letter", "w_q": identity, "w_k": w_k,
+                                             "w_v": identity}})
+    page.get_by_test_id("proj-task").wait_for()
+    idle(page)
+    box = page.get_by_test_id("proj-task")
+    assert "done" in box.get_attribute("class").split(), box.text_content()
+    assert "Done: 3 of 7 points put their largest weight on themselves, as many as can." \
+        in box.text_content()

@@ -28,6 +28,16 @@ LIVE_FIT_FROM = 512  # the window (256) is dense below this: O(n·w) shows from 
 def live_fit_from(max_n: int) -> int:
     """... but a slope needs points: with a smaller max_n, fit the last three (n ≥ max_n / 4)."""
     return min(LIVE_FIT_FROM, max_n // 4)
+def warm_sizes() -> list[int]:
+    """One n for each path the live timings take, called once before anything is timed: the
+    small path (all of a head's scores at once) and the tiled one (past ``config.small``
+    scores a head), whose first call compiles its loops (2.7 s at n = 512, once)."""
+    from qkv import engine
+
+    sizes = [LIVE_MIN_N << i for i in range(16)]
+    return [LIVE_MIN_N, next(n for n in sizes if n * n > engine.current().small)]
+
+
 _timing = threading.Lock()  # one live measurement at a time: two would time each other
 _warm = False
 
@@ -45,9 +55,10 @@ def live(max_n: int, budget: float, repeats: int, seed: int = 0) -> dict:
     with _timing, OtherWork() as other:
         global _warm
         if not _warm:  # the first calls compile kernels: not part of anyone's O(n²)
-            warm = scaling.make_inputs(LIVE_MIN_N, d, dtype, np.random.default_rng(seed))
-            for m in METHODS:
-                scaling.call(m, warm)()
+            for n in warm_sizes():  # each path once: a first visit drew n = 512's compile
+                warm = scaling.make_inputs(n, d, dtype, np.random.default_rng(seed))
+                for m in METHODS:
+                    scaling.call(m, warm)()
             _warm = True
         t0 = time.perf_counter()
         for n in ns:
@@ -136,8 +147,10 @@ def recall_curves() -> dict:
                                                     "accuracy")} for r in run["cells"]]})
     return {"command": mqar.SHIPPED_COMMAND, "per_cell": data["per_cell"],
             "n_keys": c["n_keys"], "n_values": c["n_values"], "d_model": c["d_model"],
-            "steps": c["steps"], "train_lengths": c["train_lengths"],
-            "eval_lengths": c["eval_lengths"], "models": models}
+            # a run written before the field existed drew with the first generator
+            "generator": c.get("generator", "uniform"), "steps": c["steps"],
+            "train_lengths": c["train_lengths"], "eval_lengths": c["eval_lengths"],
+            "models": models}
 
 
 def recall_example(seed: int, n_pairs: int) -> tuple[list[list[int]], list[int]]:
@@ -189,6 +202,37 @@ def recall_answers(pairs: list[list[int]], asked: list[int]) -> dict:
             for r in rows:
                 r["correct"] = r["answer"] == r["expected"]
             out.append({"kind": kind, "n_state": config.n_state(kind), "answers": rows,
-                        "correct": sum(r["correct"] for r in rows), "total": len(rows)})
+                        "correct": sum(r["correct"] for r in rows), "total": len(rows),
+                        "selection": None if kind == "attention" else
+                        recall_selection(model, batch)})
     return {"pairs": pairs, "asked": asked, "length": int(batch.tokens.shape[1]),
-            "n_keys": config.n_keys, "n_values": config.n_values, "models": out}
+            "n_keys": config.n_keys, "n_values": config.n_values,
+            "tokens": recall_tokens(config, batch), "models": out}
+
+
+def recall_tokens(config, batch) -> list[dict]:
+    """What each position of a one-sequence batch holds, as the page labels it: a stored
+    ``key`` or ``value`` (numbered from 1), an ``asked`` key, or a ``blank``."""
+    P = int(batch.pairs[0])
+    out = []
+    for t, tok in enumerate(batch.tokens[0].tolist()):
+        role = ("key" if t % 2 == 0 else "value") if t < 2 * P else (
+            "asked" if batch.target[0, t] >= 0 else "blank")
+        out.append({"role": role, "number": None if role == "blank" else
+                    tok - config.n_keys if role == "value" else tok})
+    return out
+
+
+def recall_selection(model, batch) -> list[dict]:
+    """What a state-space model's S6 scans select at each token of a one-sequence batch, per
+    layer, from :meth:`qkv.tasks.mqar.MqarModel.selection` (qkv.nn's own layer): ``delta``,
+    the step Δ averaged over the channels, and ``kept``, the share of the state that survives
+    the step — the geometric mean of the decay exp(ΔA) over channels and states (1: the state
+    is kept and little written; near 0: forgotten, and ΔBx written in its place)."""
+    layers = []
+    for s in model.selection(batch.tokens):
+        decay = s["decay"][0].astype(np.float64)  # (T, D, N)
+        log_kept = np.log(np.maximum(decay, np.finfo(np.float64).tiny)).mean(axis=(1, 2))
+        layers.append({"delta": s["delta"][0].astype(np.float64).mean(axis=1).tolist(),
+                       "kept": np.exp(log_kept).tolist()})
+    return layers

@@ -126,6 +126,9 @@ class Lookups(BaseModel):
     tied: int = Field(description="queries whose largest weight is shared by several keys")
     keys_used: list[int] = Field(description="the distinct keys that are some query's single "
                                  "largest weight")
+    can_self: list[int] = Field(description="the points some W_Q, W_K can make their own "
+                                "query's single largest weight: the corners of the shape's "
+                                "outline (a score is linear in the key)")
 
 
 class ProjectionFactors(BaseModel):

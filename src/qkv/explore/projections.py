@@ -147,6 +147,39 @@ def lookups(weights: np.ndarray) -> dict:
             "keys_used": sorted({j for j in single if j is not None})}
 
 
+def can_attend_to_itself(x: np.ndarray) -> list[int]:
+    """The points that some W_Q, W_K can make their own query's single largest weight: the
+    corners of the shape's outline (the strict vertices of the points' convex hull). A query's
+    score q·k = (x_i W_Q)·(x_j W_K) is linear in the key's point x_j, so over the points it
+    peaks at a corner, never strictly at a point inside the outline or on one of its edges
+    (the letter F: 3 of its 7 points). So this is at most how many can attend to themselves;
+    on both of the page's shapes every corner can at once, with W_Q = I and a W_K the learner
+    can type (tests/test_explore_learner_api.py finds one). For 2-D points (n < 3: every
+    point; other widths: none claimed)."""
+    pts = np.asarray(x, dtype=np.float64)
+    n = len(pts)
+    if pts.ndim != 2 or pts.shape[1] != 2 or n < 3:
+        return list(range(n)) if n < 3 else []
+    order = sorted(range(n), key=lambda i: (pts[i, 0], pts[i, 1]))
+
+    def cross(o, a, b):
+        return ((pts[a, 0] - pts[o, 0]) * (pts[b, 1] - pts[o, 1])
+                - (pts[a, 1] - pts[o, 1]) * (pts[b, 0] - pts[o, 0]))
+
+    def chain(indices):  # Andrew's monotone chain; collinear and repeated points dropped
+        out = []
+        for i in indices:
+            while len(out) >= 2 and cross(out[-2], out[-1], i) <= 1e-12:
+                out.pop()
+            out.append(i)
+        return out
+    lower, upper = chain(order), chain(order[::-1])
+    corners = set(lower[:-1] + upper[:-1])
+    # a point repeated at a corner is nobody's single largest: both copies score the same
+    same = {i for i in corners for j in range(n) if j != i and np.array_equal(pts[i], pts[j])}
+    return sorted(corners - same)
+
+
 def projections(req: ProjectionRequest) -> dict:
     """Q = X W_Q, K = X W_K, V = X W_V (row convention), attention over them by qkv.explain,
     each W factored, and the selected query's lookup."""
@@ -174,5 +207,5 @@ def projections(req: ProjectionRequest) -> dict:
                     for name, w in ws.items()},
         "frames_per_step": FRAMES_PER_STEP,
         "selected": selected,
-        "lookups": lookups(trace.weights),
+        "lookups": {**lookups(trace.weights), "can_self": can_attend_to_itself(x)},
     }

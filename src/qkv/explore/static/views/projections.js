@@ -481,15 +481,31 @@ function lookupTable(s, data) {
 /** The guided task, checked against the current numbers. */
 function taskBox(data) {
   const look = data.lookups;
+  const n = data.n;
   const astray = look.top.map((top, i) => (top.length === 1 && top[0] === i ? null : i))
     .filter((i) => i !== null);
-  const done = look.self_count === data.n;
-  const said = done ? `Done: all ${data.n} of ${data.n} points put their largest weight on themselves.`
-    : `${look.self_count} of ${data.n} points put their largest weight on themselves; ` +
-      `point${astray.length === 1 ? "" : "s"} ${astray.join(", ")} look${astray.length === 1 ? "s" : ""} elsewhere` +
-      `${data.d_k === 1 ? ` (with d_k = 1 every largest weight lands on one of ${look.keys_used.length} key${look.keys_used.length === 1 ? "" : "s"}: try d_k = 2)` : ""}.`;
+  // the oracle's bound (the server's can_self): a score is linear in the key, so only the
+  // corners of the shape's outline can be their own query's largest — the task asks for those
+  const can = look.can_self;
+  const most = can.length;
+  const inside = Array.from({ length: n }, (_, i) => i).filter((i) => !can.includes(i));
+  const list = (xs) => xs.join(", ");
+  const bound = most === n ? "" : ` At most ${most} of ${n} can: the score q·k is linear in ` +
+    `the key, so only a corner of the shape's outline (points ${list(can)}) can be its own ` +
+    `query's largest; point${inside.length === 1 ? "" : "s"} ${list(inside)} ` +
+    `${inside.length === 1 ? "lies" : "lie"} on an edge or inside it.`;
+  const done = look.self_count === most;
+  const said = done ? (most === n
+    ? `Done: all ${n} of ${n} points put their largest weight on themselves.`
+    : `Done: ${most} of ${n} points put their largest weight on themselves, as many as can.` +
+      bound)
+    : `${look.self_count} of ${n} points put their largest weight on themselves; ` +
+      `point${astray.length === 1 ? "" : "s"} ${list(astray)} look${astray.length === 1 ? "s" : ""} elsewhere` +
+      `${data.d_k === 1 ? ` (with d_k = 1 every largest weight lands on one of ${look.keys_used.length} key${look.keys_used.length === 1 ? "" : "s"}: try d_k = 2)` : ""}.` +
+      bound;
   return el("div", { cls: done ? "task done" : "task", "data-testid": "proj-task" }, [
-    el("strong", {}, "Task: find a W_K that makes every point attend to itself. "),
+    el("strong", {}, most === n ? "Task: find a W_K that makes every point attend to itself. "
+      : "Task: find a W_K that makes every point that can attend to itself do so. "),
     el("span", { "data-testid": "proj-task-said" }, said)]);
 }
 
