@@ -94,7 +94,9 @@ def test_the_circuit_api_refuses_in_the_learners_words(client):
     for body, expected in (
             ({"prompt": "a" * 49}, "prompt: it has 49 characters, but the induction model "
                                    "reads at most 48: shorten it"),
-            ({"prompt": "café"}, "prompt: it has characters the model never saw (“é”)"),
+            ({"prompt": "café"}, "prompt for the induction model: it has characters the "
+                                 "model never saw (“é”)"),
+            ({"prompt": ""}, "type at least one character for the induction model"),
             ({"prompt": "ab", "paths": [{**K_PATH, "target": {"layer": 0, "head": 1}}]},
              "paths: L0H1 cannot lose L0H0"),
             ({"prompt": "ab", "off": [{"layer": 2, "head": 0}]},
@@ -122,6 +124,25 @@ def _open(pg, extra=None):
 def _weights(pg, testid: str, n: int) -> np.ndarray:
     cells = shown(pg, f"{testid}-")
     return np.array([[cells[f"{testid}-{i}-{j}"][0] for j in range(n)] for i in range(n)])
+
+
+SMALL_TEXT = """(selector) => {
+  const out = [];
+  for (const e of document.querySelectorAll(selector)) {
+    const own = [...e.childNodes].some(n => n.nodeType === 3 && n.textContent.trim());
+    if (!own || e.closest('[hidden]') || e.getClientRects().length === 0) continue;
+    let size = parseFloat(getComputedStyle(e).fontSize);
+    if (e instanceof SVGElement && e.ownerSVGElement) size *= e.ownerSVGElement.getScreenCTM().a;
+    if (size < 10.95) out.push(`${e.tagName} ${size.toFixed(1)} ${e.textContent.slice(0, 30)}`);
+  }
+  return out;
+}"""
+
+
+def small_text(pg, selector: str) -> list[str]:
+    """Elements under ``selector`` whose own text renders below 11 px (an SVG's scale
+    applied), as "TAG size text"."""
+    return pg.evaluate(SMALL_TEXT, selector)
 
 
 def _oracle(table) -> tuple:
@@ -210,19 +231,7 @@ def test_a_repeated_random_string_and_a_phone(phone, table):  # noqa: F811
     assert len(chars) == 2 * half
     assert phone.evaluate("document.documentElement.scrollWidth") <= 390
     # every text of the section, as rendered (an SVG's scale applied), is at least 11 px
-    small = phone.evaluate("""() => {
-      const out = [];
-      for (const e of document.querySelectorAll('#gpt-circuit *, #gpt-induction *')) {
-        const own = [...e.childNodes].some(n => n.nodeType === 3 && n.textContent.trim());
-        if (!own || e.closest('[hidden]') || e.getClientRects().length === 0) continue;
-        let size = parseFloat(getComputedStyle(e).fontSize);
-        if (e instanceof SVGElement && e.ownerSVGElement) {
-          size *= e.ownerSVGElement.getScreenCTM().a;
-        }
-        if (size < 10.95) out.push(`${e.tagName} ${size.toFixed(1)} ${e.textContent.slice(0, 30)}`);
-      }
-      return out;
-    }""")
+    small = small_text(phone, "#gpt-circuit *, #gpt-induction *")
     assert small == [], small
     assert_page_clean(phone)
     phone.locator("#gpt-circuit").screenshot(path=str(SCREENSHOTS / "gpt-circuit-390.png"))

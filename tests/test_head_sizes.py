@@ -11,6 +11,7 @@ import pytest
 
 from page_checks import assert_page_clean
 from test_explore_browser import CHROMIUM, SCREENSHOTS, idle
+from test_explore_circuit import small_text
 from test_explore_views import browser, phone, server_url  # noqa: F401  (fixtures)
 
 
@@ -71,5 +72,6 @@ def test_view_5_states_the_rule_with_the_models_numbers(phone, sizes):  # noqa: 
     assert f"{llama['kv_per_token']:,} numbers a token" in modern, modern
     assert "32 layers × 32 heads of d_k = 128" in modern, modern
     assert phone.evaluate("document.documentElement.scrollWidth") <= 390
+    assert small_text(phone, "#dk-rule *") == []
     assert_page_clean(phone)
     phone.locator("#dk-rule").screenshot(path=str(SCREENSHOTS / "dk-rule-390.png"))

@@ -14,7 +14,7 @@ CONTEXT = 48  # the shipped induction model's context, in characters
 def _prompt(text: str) -> str:
     """The prompt's length, in the learner's words (the page's control is "prompt")."""
     if not text:
-        raise ValueError("type at least one character for the model to continue")
+        raise ValueError("type at least one character for the induction model to continue")
     if len(text) > CONTEXT:
         raise ValueError(f"it has {len(text)} characters, but the induction model reads at "
                          f"most {CONTEXT}: shorten it")

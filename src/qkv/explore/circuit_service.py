@@ -21,6 +21,7 @@ from .gpt_service import _finite, _ids, load_induction
 
 TOP = 8  # next-character bars
 TABLE_SEQUENCES = 128  # repeated random strings behind the composition table
+LABEL = "prompt for the induction model"  # the page's label of its prompt
 
 
 def _heads(model, pairs, what: str) -> list[tuple[int, int]]:
@@ -61,7 +62,10 @@ def circuit(prompt: str, off=(), paths=()) -> dict:
     from qkv.tasks.gpt_watch import softmax_t
 
     model, tok, _ = load_induction()
-    ids = _ids(tok, prompt, model.config.block_size)
+    try:
+        ids = _ids(tok, prompt, model.config.block_size)
+    except InputError as exc:  # named as the page labels it: view 10 has two prompts
+        raise InputError(str(exc).replace("prompt:", f"{LABEL}:", 1)) from None
     off = _heads(model, off, "off")
     removals = _paths(model, paths)
     intact = circuits.run(model, ids[None])
