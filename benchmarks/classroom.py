@@ -217,10 +217,12 @@ async def learner(who: int, url: str, code: str, views, think: float, until: flo
                   record: Record, seed: int) -> None:
     rng = random.Random(seed * 1000 + who)
     await asyncio.sleep(rng.uniform(0, min(think * 2, 10)))  # the room does not arrive at once
+    t0 = time.perf_counter()
     try:
         client = await join(url, code)
     except (httpx.HTTPError, RuntimeError) as exc:
-        record.errors["/?join="].append(f"{type(exc).__name__}: {exc}"[:200])
+        record.errors["/?join="].append(f"{type(exc).__name__}: {exc} (after "
+                                        f"{time.perf_counter() - t0:.1f} s)"[:200])
         return
     try:
         for path in ("/static/main.js", "/static/style.css", "/api/colors",

@@ -222,3 +222,17 @@ def test_far_back_reads_run_one_at_a_time_and_others_use_the_free_worker():
         assert started([b]) == ["b/api/farback"]
 
     asyncio.run(run())
+
+
+def test_a_learner_waiting_for_a_far_back_read_gets_their_other_request_meanwhile():
+    async def run():
+        q = FairQueue(workers=2)
+        a = q.enter("a", "/api/farback")
+        b_read = q.enter("b", "/api/farback")
+        b_curves = q.enter("b", "/api/farback/curves")  # cached and quick: no need to wait
+        assert started([a, b_read, b_curves]) == ["a/api/farback", "b/api/farback/curves"]
+        finish(q, b_curves)
+        finish(q, a)
+        assert started([b_read]) == ["b/api/farback"]
+
+    asyncio.run(run())

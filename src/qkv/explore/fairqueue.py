@@ -132,17 +132,18 @@ class FairQueue:
         self._dispatch()
 
     def _next(self) -> Ticket | None:
-        """The ticket whose turn it is: the oldest of the first learner in rotation who has
-        none running and whose oldest can run now; None if nobody's can."""
+        """The ticket whose turn it is: of the first learner in rotation who has none running,
+        their oldest request that can run now (one whose kind is SINGLE and running waits,
+        their request to another endpoint goes meanwhile); None if nobody's can."""
         for learner in self.rotation:
             if self.running.get(learner, 0) >= 1:
                 continue
-            ticket = next(iter(self.waiting[learner].values()))
-            if ticket.alone:  # a timing waits for the machine to empty, and nothing jumps it
-                return ticket if not self.running_total else None
-            if ticket.path in SINGLE and self.running_paths.get(ticket.path):
-                continue  # its kind is running: the next learner's turn meanwhile
-            return ticket
+            for ticket in self.waiting[learner].values():
+                if ticket.path in SINGLE and self.running_paths.get(ticket.path):
+                    continue  # its kind is running: this learner's next, or the next learner
+                if ticket.alone:  # a timing waits for the machine to empty; nothing jumps it
+                    return ticket if not self.running_total else None
+                return ticket
         return None
 
     def _dispatch(self) -> None:
