@@ -84,3 +84,29 @@ def test_two_learners_each_see_only_their_own_answers(classroom):
             browser.close()
     assert problems == [] or all("401" in p for p in problems), problems
     assert all(o == [] for o in outside), outside
+
+
+def test_a_waiting_request_says_how_many_are_ahead_and_the_note_goes_when_answered(classroom):
+    """The page asks /api/queue while a heavy request is out; here the server's answers are
+    held and the queue's reply is given by the test, so the wait is exact."""
+    url, code = classroom
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()
+            page.set_default_timeout(TIMEOUT_MS)
+            held = []
+            page.route("**/api/farback", lambda route: held.append(route))  # let go below
+            page.route("**/api/queue", lambda route: route.fulfill(json={
+                "waiting": [{"path": "/api/farback", "ahead": 3}], "queue": {}}))
+            page.goto(f"{url}?join={code}#view=farback")
+            note = page.get_by_test_id("queue-note")
+            note.wait_for(state="visible")
+            assert note.text_content() == "Waiting for the shared machine: 3 ahead of you"
+            page.unroute("**/api/queue")
+            for route in held:
+                route.continue_()
+            page.unroute("**/api/farback")
+            note.wait_for(state="hidden")
+        finally:
+            browser.close()
