@@ -15,6 +15,7 @@ least 11 px as rendered.
 from __future__ import annotations
 
 import json
+import urllib.parse
 import urllib.request
 
 import numpy as np
@@ -191,3 +192,43 @@ def test_the_letter_f_task_says_at_most_3_of_7_and_is_done_there(page):
     assert "done" in box.get_attribute("class").split(), box.text_content()
     assert "Done: 3 of 7 points put their largest weight on themselves, as many as can." \
         in box.text_content()
+
+
+# -- view 9: the heat map opens at its size, its labels apart and whole ------------------------
+HEAT_JS = """() => {
+    const map = document.querySelector('svg.heatmap');
+    const box = map.getBoundingClientRect();
+    const rows = Array.from(map.querySelectorAll('.tok-label.row'))
+        .map((t) => t.getBoundingClientRect());
+    const labels = Array.from(map.querySelectorAll('.tok-label'))
+        .map((t) => [t.textContent, t.getBoundingClientRect()]);
+    const cut = labels.filter(([, r]) => r.left < box.left - 0.5 || r.right > box.right + 0.5
+        || r.top < box.top - 0.5 || r.bottom > box.bottom + 0.5).map(([t]) => t);
+    let overlaps = 0;
+    for (let i = 1; i < rows.length; i += 1) {
+        if (rows[i].top < rows[i - 1].bottom - 1) overlaps += 1;
+    }
+    return { width: box.width, n: rows.length, overlaps, cut };
+}"""
+
+
+@pytest.mark.parametrize("sentence", [
+    None,  # the default sentence: 13 tokens with [CLS] and [SEP]
+    "In the beginning the universe was created and this has made a lot of people very angry "
+    "and been widely regarded as a bad move by almost everyone who heard of it",
+])
+def test_the_heat_map_opens_at_its_size_with_its_labels_apart_and_whole(page, sentence):
+    url = "view=model" + ("" if sentence is None else
+                          "&sentence=" + urllib.parse.quote(sentence))
+    page.goto(f"{page.base}#{url}")
+    page.locator("svg.heatmap").wait_for()
+    idle(page)
+    first = page.evaluate(HEAT_JS)
+    page.locator("canvas.thumb").nth(3).click()
+    idle(page)
+    again = page.evaluate(HEAT_JS)
+    assert first["width"] == again["width"], (first, again)
+    assert first["overlaps"] == 0 and first["cut"] == [], first
+    width = page.viewport_size["width"]
+    if width >= 1400:
+        assert first["width"] >= 400, first  # beside the thumbnails, not 198 px

@@ -126,18 +126,36 @@ function renderThumbs() {
   }
 }
 
+const LABEL_GLYPH = 7.4; // px a character of .tok-label (12 px monospace) takes, with room
+const MIN_CELL = 13; // a row no lower than its label (12 px): labels never overlap
+
+/** The width the heat map may take: beside the thumbnails when there is room there, else
+ * the whole row below them. Measured on the columns' box, whose width does not depend on
+ * the map: the map's own box is only as wide as what it holds, so a first visit measured an
+ * empty box and drew the map 198 px wide, a click on a thumbnail 458. */
+function heatRoom() {
+  const full = root.querySelector(".model-cols").clientWidth;
+  const beside = full - $("#thumbs").offsetWidth - 24; // .model-cols' gap
+  return beside >= 320 ? beside : full;
+}
+
 function renderHeat() {
   const tokens = model.tokens;
   const n = tokens.length;
   const weights = model.weights[state.layer][state.head];
-  const margin = 90;
-  // cells fit the box when they can (a phone's 370 px); past 8 px a cell, the box scrolls
-  const room = Math.min(560 + margin, $("#heat").clientWidth || 560 + margin) - margin - 4;
-  const cell = Math.max(8, Math.min(28, Math.floor(room / n)));
+  // room for the labels: each row's token to the left, each column's rotated −60° above and
+  // reaching right past its column by half its length (the last, [SEP], was cut off)
+  const longest = Math.max(...tokens.map((t) => t.length));
+  const margin = Math.max(60, Math.ceil(longest * LABEL_GLYPH + 10));
+  const right = Math.ceil(longest * LABEL_GLYPH * 0.5) + 4;
+  // cells fit the room when they can (a phone's 370 px), never below a label's height (the
+  // rows' labels would overlap): then the box scrolls sideways
+  const room = Math.min(560 + margin, heatRoom()) - margin - right;
+  const cell = Math.max(MIN_CELL, Math.min(28, Math.floor(room / n)));
   const size = margin + n * cell;
   $("#heat-title").textContent = `layer ${state.layer}, head ${state.head}: ` +
     `${n} × ${n} weights, row = query token, column = key token`;
-  const map = svg("svg", { viewBox: `0 0 ${size + 4} ${size + 4}`, width: size + 4,
+  const map = svg("svg", { viewBox: `0 0 ${size + right} ${size + 4}`, width: size + right,
     height: size + 4, cls: "heatmap", role: "group",
     "aria-label": `heat map of layer ${state.layer}, head ${state.head}: Tab to a row's token; ` +
       "its weights are read out; Enter opens its neuron view" });
