@@ -59,7 +59,7 @@ def test_every_row_keeps_the_rule(sizes):
 @pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"no {CHROMIUM}")
 def test_view_5_states_the_rule_with_the_models_numbers(phone, sizes):  # noqa: F811
     phone.goto(f"{phone.base}#view=mistakes")
-    phone.wait_for_selector("[data-testid='dk-table']")
+    phone.wait_for_selector("[data-testid='dk-table']", timeout=120_000)
     idle(phone)
     rows = list(sizes.values())
     for i, m in enumerate(rows):
@@ -75,3 +75,19 @@ def test_view_5_states_the_rule_with_the_models_numbers(phone, sizes):  # noqa: 
     assert small_text(phone, "#dk-rule *") == []
     assert_page_clean(phone)
     phone.locator("#dk-rule").screenshot(path=str(SCREENSHOTS / "dk-rule-390.png"))
+
+
+@pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"no {CHROMIUM}")
+def test_view_10_puts_the_gpt_among_the_published_models(phone, sizes):  # noqa: F811
+    phone.goto(f"{phone.base}#view=gpt")
+    phone.wait_for_selector("[data-testid='gpt-scale']", timeout=120_000)
+    idle(phone)
+    said = phone.get_by_test_id("gpt-scale").text_content()
+    gpt = sizes["this GPT (view 10)"]
+    assert said.startswith(f"This GPT has {gpt['layers']} layers × {gpt['heads']} heads of "
+                           f"d_k = {gpt['d_k']} ({gpt['d_model']:,} wide; its KV cache keeps "
+                           f"{gpt['kv_per_token']:,} numbers a token)"), said
+    for name in ("GPT-2 small", "GPT-2 XL", "Llama-2-7B"):
+        m = sizes[name]
+        assert f"{name}, {m['layers']} layers × {m['heads']} heads of d_k = {m['d_k']}" in said
+    assert small_text(phone, "#gpt-scale-box *") == []

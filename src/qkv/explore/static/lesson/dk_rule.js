@@ -1,12 +1,14 @@
 // The rule behind d_k, for view 5: one head, d_k = d_model; h heads, d_k = d_model / h — with
 // the sizes of the models of this explorer (read by the server from their own configurations)
-// and of published ones (POST /api/heads/sizes; its reads are declared in views/mistakes.js).
-// Every sentence is written from those rows.
-import { Channel } from "../core/api.js";
+// and of published ones (POST /api/heads/sizes; its reads are declared in views/mistakes.js
+// and views/gpt.js); and for view 10, the GPT beside those published models. Every sentence
+// is written from those rows.
+import { post, setPending } from "../core/api.js";
 import { el, fmt } from "../core/dom.js";
 
 let box = null;
-let asked = false;
+let gptBox = null;
+let sizes = null; // the one request's promise: the sizes do not change while the page is open
 const int = (n) => n.toLocaleString("en");
 /** Bytes in words: 1,024 → "1 KiB", 2,147,483,648 → "2 GiB". */
 function bytes(n) {
@@ -16,7 +18,16 @@ function bytes(n) {
   return `${Number.isInteger(n) ? int(n) : fmt(n, 1)} ${units[i]}`;
 }
 
-const channel = new Channel("mistakes", "/api/heads/sizes", render, () => { asked = false; });
+/** The rows, asked once; a failure is said in place (not in the view's banner, which belongs
+ * to the view's own inputs) and asked again next time. */
+function ask() {
+  if (!sizes) {
+    setPending(+1);
+    sizes = post("/api/heads/sizes", {}).finally(() => setPending(-1));
+    sizes.catch(() => { sizes = null; });
+  }
+  return sizes;
+}
 
 /** A table in a region that scrolls sideways on a narrow screen (and by keyboard). */
 function scroller(table) {
@@ -70,14 +81,46 @@ function render(data) {
     ...data.missing.map((why) => el("p", { cls: "note" }, `Not shown: ${why}`)));
 }
 
+/** View 10: this GPT's sizes beside the published models', each row's numbers in words. */
+function renderGpt(data) {
+  const gpt = data.models.find((m) => m.here && m.decoder);
+  const big = data.models.filter((m) => !m.here);
+  if (!gpt) {
+    gptBox.replaceChildren(el("p", { cls: "note" }, "This GPT's sizes are not shown: " +
+      data.missing.join("; ")));
+    return;
+  }
+  const size = (m) => `${m.layers} layers × ${m.heads} heads of d_k = ${m.d_k} ` +
+    `(${int(m.d_model)} wide; its KV cache keeps ${int(m.kv_per_token)} numbers a token)`;
+  const last = big[big.length - 1];
+  gptBox.replaceChildren(el("p", { "data-testid": "gpt-scale" }, `This GPT has ${size(gpt)}. ` +
+    "A large language model runs the same causal attention — each query reads only the keys " +
+    "before it, each new token's query reads the cached keys and values — at a larger size: " +
+    big.map((m) => `${m.name}, ${size(m)}`).join("; ") + `. For ${last.name} that cache is ` +
+    `${bytes(2 * last.kv_per_token)} a token in 16-bit, ${bytes(2 * last.kv_per_token *
+      last.context)} for its context of ${int(last.context)} tokens. The rule behind d_k, ` +
+    "d_k = d_model / heads, is in 5 · Mistakes."));
+}
+
+const failed = (target) => (err) => target.replaceChildren(el("p", { cls: "note" },
+  `The model sizes are not shown: ${err.message}`));
+
 /** Put the rule at the end of view 5's section. */
 export function mount(section) {
   box = el("div", { id: "dk-rule", "data-testid": "dk-rule-box", cls: "dk-rule" });
   section.append(box);
 }
 
-/** Ask once: the sizes do not change while the page is open. */
 export function show() {
-  if (!asked) channel.send({});
-  asked = true;
+  ask().then(render, failed(box));
+}
+
+/** View 10: put this GPT among the published models, after `anchor`. */
+export function mountGpt(anchor) {
+  gptBox = el("div", { id: "gpt-scale-box", "data-testid": "gpt-scale-box" });
+  anchor.after(el("h3", {}, "This GPT among large language models"), gptBox);
+}
+
+export function showGpt() {
+  ask().then(renderGpt, failed(gptBox));
 }

@@ -17,6 +17,7 @@ import {
   mount as mountInduction, setGptRoles, show as showInduction,
 } from "../gpt/induction.js";
 import { roleBlock, roleGrid } from "../gpt/roles.js";
+import { mountGpt as mountScale, showGpt as showScale } from "../lesson/dk_rule.js";
 import { logitWords, probabilityWords } from "./gpt_effects_words.js";
 
 export const name = "gpt";
@@ -58,6 +59,9 @@ export const READS = {
     "off.head", "off.induction", "off.previous", "off.copy_loss", "off.first_loss",
     "paths.source", "paths.target", "paths.input", "paths.induction", "paths.previous",
     "paths.copy_loss", "paths.first_loss"],
+  "/api/heads/sizes": ["models.name", "models.here", "models.decoder", "models.layers",
+    "models.heads", "models.d_model", "models.d_k", "models.context", "models.kv_per_token",
+    "missing"],
 };
 
 // off: what is switched off, "L.H" for a head, "L" for a layer's whole attention
@@ -125,6 +129,7 @@ export function show() {
   sendGeneration();
   if (!roles) rolesChannel.send({});
   showInduction();
+  showScale(); // this GPT beside the published models
 }
 
 function sendGeneration() {
@@ -491,6 +496,7 @@ export function mount(section) {
   $("#gpt-roles-wrap").append(el("h4", {}, "The same scores on your prompt"),
     el("div", { id: "gpt-promptroles", "data-testid": "gpt-promptroles" }));
   mountInduction(section, $("#gpt-roles-wrap"));
+  mountScale($("#gpt-generation"));
   $("#gpt-form").addEventListener("submit", (event) => {
     event.preventDefault();
     if ($("#gpt-prompt").value !== g().prompt) root.dataset.stale = "1"; // until it is answered
