@@ -250,12 +250,30 @@ class RecallAnswer(BaseModel):
     correct: bool
 
 
+class RecallSelectionLayer(BaseModel):
+    """One layer's selective scan (S6) at every token of the sequence, computed by qkv.nn's
+    own layer (``MambaBlock.selection``)."""
+
+    delta: list[float] = Field(description="the step Δ at each token, mean over the channels")
+    kept: list[float] = Field(description="the share of the state kept at each token: the "
+                              "geometric mean of the decay exp(ΔA) over channels and states "
+                              "(near 1: held; near 0: forgotten and written over)")
+
+
 class RecallModelAnswers(BaseModel):
     kind: Literal["attention", "ssm-small", "ssm-large"]
     n_state: int | None = Field(description="states per channel (None: attention)")
     answers: list[RecallAnswer]
     correct: int
     total: int
+    selection: list[RecallSelectionLayer] | None = Field(
+        description="per layer, what its state selects at each token (None: attention)")
+
+
+class RecallToken(BaseModel):
+    role: Literal["key", "value", "asked", "blank"] = Field(
+        description="a stored key or value, an asked key, or a blank")
+    number: int | None = Field(description="the key's or value's number (None: a blank)")
 
 
 class RecallResponse(BaseModel):
@@ -264,6 +282,7 @@ class RecallResponse(BaseModel):
     length: int = Field(description="tokens in the sequence the models read")
     n_keys: int
     n_values: int
+    tokens: list[RecallToken] = Field(description="each position of the sequence, in order")
     models: list[RecallModelAnswers] = Field(description="attention, ssm-small, ssm-large")
 
 
@@ -291,6 +310,8 @@ class RecallCurvesResponse(BaseModel):
     n_keys: int
     n_values: int
     d_model: int
+    generator: Literal["zoology", "uniform"] = Field(
+        description="how the training and held-out sequences were drawn (qkv.tasks.mqar)")
     steps: int
     train_lengths: list[int]
     eval_lengths: list[int]

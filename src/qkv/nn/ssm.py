@@ -186,6 +186,16 @@ class SelectiveSSM(Layer):
         u = (delta * x)[..., None] * bm[:, :, None, :]  # (B, T, D, N): B̄_t x_t
         return pre, delta, bm, cm, a_bar, u
 
+    def selection(self, x) -> dict[str, np.ndarray]:
+        """What the layer selects at each step of x ``(B, T, D)``, the numbers its scan uses:
+        ``delta`` Δ_t ``(B, T, D)``, ``decay`` Ā_t = exp(Δ_t A) ``(B, T, D, N)`` (the share of
+        each state number kept from the step before: near 1, the past is kept and little is
+        written; near 0, it is forgotten and Δ_t B_t x_t written over it), ``b`` B_t and
+        ``c`` C_t ``(B, T, N)``."""
+        x = _check_seq(x, self.d, "SelectiveSSM", self.dtype)
+        _, delta, bm, cm, a_bar, _ = self._inputs(x)
+        return {"delta": delta, "decay": a_bar, "b": bm, "c": cm}
+
     def states(self, x) -> np.ndarray:
         """Every state h_t ``(B, T, D, N)`` of the scan over x ``(B, T, D)``."""
         x = _check_seq(x, self.d, "SelectiveSSM", self.dtype)
@@ -336,6 +346,17 @@ class MambaBlock(Layer):
         E = self.d_inner
         xs = silu(self.conv(np.ascontiguousarray(xz[..., :E])))
         return self.out_proj(self.ssm(xs) * silu(xz[..., E:]))
+
+    def scan_input(self, x) -> np.ndarray:
+        """What the block hands its S6 scan, SiLU(conv(x W_in's x half)) ``(B, T, E)``."""
+        x = _check_seq(x, self.d_model, "MambaBlock", self.in_proj.dtype)
+        xi = self.in_proj(x)[..., : self.d_inner]
+        return silu(self.conv(np.ascontiguousarray(xi)))
+
+    def selection(self, x) -> dict[str, np.ndarray]:
+        """The scan's Δ, Ā = exp(ΔA), B and C at each step of x ``(B, T, d_model)``
+        (:meth:`SelectiveSSM.selection` of :meth:`scan_input`)."""
+        return self.ssm.selection(self.scan_input(x))
 
     def forward(self, x):
         x = _check_seq(x, self.d_model, "MambaBlock", self.in_proj.dtype)

@@ -278,6 +278,23 @@ class MqarModel:
         grads.update(prefixed("embed_prev", g_ep))
         return grads
 
+    def selection(self, tokens) -> list[dict[str, np.ndarray]]:
+        """What each layer's S6 scan selects at every token of ``tokens`` (B, T): per layer,
+        :meth:`qkv.nn.MambaBlock.selection` of that layer's input (Δ ``(B, T, D)``, the decay
+        exp(ΔA) ``(B, T, D, N)``, B and C). State-space kinds only: attention has no state."""
+        if self.kind == "attention":
+            raise ValueError("MqarModel.selection: attention has no state to select for; "
+                             "ask a state-space model (ssm-small, ssm-large)")
+        tokens = np.asarray(tokens)
+        prev = np.concatenate([np.full_like(tokens[:, :1], FILLER), tokens[:, :-1]], axis=1)
+        x = self.embed(tokens) + self.embed_prev(prev)
+        out = []
+        for norm, mixer in zip(self.norms, self.mixers, strict=True):
+            a = norm(x)
+            out.append(mixer.selection(a))
+            x = x + mixer(a)
+        return out
+
     def predict(self, tokens) -> np.ndarray:
         """The most likely token at every position ``(B, T)``."""
         return self.forward(tokens)[0].argmax(axis=-1)

@@ -6,6 +6,7 @@ import { announce, el, scrollBox } from "../core/dom.js";
 import { showError } from "../core/errors.js";
 import { COLORS, heat, heatRGB, maskedRGB } from "../core/legend.js";
 import { state, writeURL } from "../core/state.js";
+import { selectionBlock } from "../lesson/recall_selection.js";
 
 export const name = "cost";
 // the request fields the recall controls fill, by their labels (a refusal names the control)
@@ -20,7 +21,7 @@ export const READS = {
     "live.budget_seconds", "live.busy", "shipped.methods.method", "shipped.methods.points.n",
     "shipped.methods.points.seconds", "shipped.methods.slope", "shipped.fit_from",
     "shipped.window", "shipped.command"],
-  "/api/cost/recall/curves": ["command", "per_cell", "n_keys", "n_values", "d_model", "steps",
+  "/api/cost/recall/curves": ["command", "per_cell", "n_keys", "n_values", "d_model", "generator", "steps",
     "train_lengths", "eval_lengths", "models.kind", "models.n_state", "models.parameters",
     "models.mixer_parameters", "models.state_floats_per_layer", "models.train_seconds",
     "models.cells.length", "models.cells.pairs", "models.cells.answers", "models.cells.correct",
@@ -28,7 +29,8 @@ export const READS = {
   "/api/cost/recall": ["pairs", "asked", "length", "n_keys", "n_values", "models.kind",
     "models.n_state", "models.correct", "models.total", "models.answers.position",
     "models.answers.key", "models.answers.expected", "models.answers.answer",
-    "models.answers.probability", "models.answers.correct"],
+    "models.answers.probability", "models.answers.correct", "tokens.role", "tokens.number",
+    "models.selection.delta", "models.selection.kept"],
 };
 
 let root;
@@ -284,6 +286,7 @@ const recallChannel = new Channel(name, "/api/cost/recall", renderRecall);
 let recallAsked = false;
 let recallSeed = 0;
 let curves = null;
+let lastRecall = null; // the answers shown, so the selection's words can take the curves when they come
 const GOOD = 0.9; // "answers well": at least this share of the asked keys
 
 const kindLabel = (m) => (m.n_state === null ? "attention" : `state-space, N = ${m.n_state}`);
@@ -302,11 +305,22 @@ function introWords(c) {
     `model keeps of the past: whatever it will be asked later must fit into those numbers, ` +
     `while attention keeps every token and compares the question with each of them.`,
     `The test is multi-query associative recall (MQAR, from “Zoology”, Arora et al. 2023): ` +
-    `key–value pairs, then every key asked once; the model must name each key's value. Three ` +
+    `key–value pairs, then every key asked once; the model must name each key's value. ` +
+    (c.generator === "zoology"
+      ? `The sequences are drawn as Zoology's generator draws them: distinct keys and distinct ` +
+        `values, the questions bunched near the pairs, every other place a random token. `
+      : `The sequences were drawn by qkv's first generator: values may repeat, the questions ` +
+        `fall anywhere after the pairs, blanks between them. `) + `Three ` +
     `models of two layers were trained the same way (${c.steps.toLocaleString("en")} steps on ` +
     `lengths ${c.train_lengths.join(" and ")}), differing only in their mixers: ` +
     c.models.map((m) => `${kindLabel(m)} ${m.mixer_parameters.toLocaleString("en")} ` +
       `parameters`).join(", ") + ".",
+    `What still differs from Zoology: ${1 + c.n_keys + c.n_values} tokens (a blank, ` +
+    `${c.n_keys} keys, ${c.n_values} values) where Zoology's vocabulary has 8,192; fresh ` +
+    `sequences at every training step with 1 to length/4 pairs, where Zoology trains on a fixed ` +
+    `set per length and pair count; a previous-token embedding that hands every model the ` +
+    `pairing, where Zoology's models must learn it; and the Mamba block without its expansion ` +
+    `(expand = 1, Mamba's is 2).`,
   ];
 }
 
@@ -363,6 +377,8 @@ function renderCurves(c) {
       (c.train_lengths.includes(length) ? "" : " (longer than any training sequence)") + ": " +
       c.models.map((m) => reach(m, length)).join("; ") + "."),
     table);
+  const shownSelection = $('[data-testid="recall-selection"]');
+  if (shownSelection && lastRecall) shownSelection.replaceWith(selectionBlock(lastRecall, c));
 }
 
 /** "3:17 9:4 …" → [[3, 17], [9, 4], …]; a sentence naming the first thing that is not a pair. */
@@ -427,7 +443,9 @@ function renderRecall(r) {
     head, ...rows])], "each model's answers");
   const said = `On this sequence (${plural(r.pairs.length, "pair", "pairs")}, ${r.length} tokens): ` +
     r.models.map((m) => `${kindLabel(m)}: ${m.correct} of ${m.total} right`).join("; ") + ".";
-  $("#recall-result").replaceChildren(el("p", { "data-testid": "recall-said" }, said), table);
+  lastRecall = r;
+  $("#recall-result").replaceChildren(el("p", { "data-testid": "recall-said" }, said), table,
+    selectionBlock(r, curves));
   renderRecallTask(r);
   announce(said);
 }
