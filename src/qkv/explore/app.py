@@ -258,7 +258,7 @@ def create_app(allowed_hosts: list[str] | None = None,
 
     @app.post("/api/mistakes", response_model=MistakesResponse, responses=BAD_INPUT)
     def mistakes(req: MistakesRequest) -> dict:
-        """View 5: the right attention and the seed's common mistakes, both computed by qkv."""
+        """View 5: the right attention and the lesson's common mistakes, both computed by qkv."""
         return lessons.mistakes(req)
 
     head_sizes.register(app, BAD_INPUT)  # view 5: d_k = d_model / heads, in real models
