@@ -187,10 +187,10 @@ def test_the_page_cuts_the_circuit_and_says_what_it_did(page, table, shipped):  
     done = _oracle(table) == ((0, 0), (1, 0), "k")
     assert task.text_content().startswith("✓ " if done else "Not yet:"), task.text_content()
     assert ("done" in (task.get_attribute("class") or "").split()) == done
-    page.get_by_test_id("gpt-circ-path-0-0-v").click()  # two cuts: the task counts one
-    assert task.text_content().startswith("Not yet: the task counts one cut alone")
     assert_page_clean(page)
     page.locator("#gpt-circuit").screenshot(path=str(SCREENSHOTS / "gpt-circuit.png"))
+    page.get_by_test_id("gpt-circ-path-0-0-v").click()  # two cuts: the task counts one
+    assert task.text_content().startswith("Not yet: the task counts one cut alone")
 
 
 @pytestmark_browser
