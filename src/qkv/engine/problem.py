@@ -193,7 +193,7 @@ def require_v(v, fn: str) -> None:
 
 def check_scale(scale, dk: int) -> float:
     if scale is None:
-        # The head dimension, never d_model: the seeds' "scaling by the wrong number" mistake.
+        # The head dimension, never d_model: the lesson's "scaling by the wrong number" mistake.
         return 1.0 / math.sqrt(dk)
     if isinstance(scale, bool) or not isinstance(scale, int | float | np.integer | np.floating):
         raise TypeError(f"scale must be a real number (default 1/sqrt(Dk)), got {scale!r}")
@@ -373,7 +373,7 @@ def prepare(q, k, v=None, mask=None, bias=None, scale=None, *, check_finite=True
         arrays["v"] = as_array(v, "v")
     given = dict(arrays)  # before broadcasting, for the finiteness and range checks
     two_d = _two_d(arrays)
-    if two_d:  # one head, as in the seeds: add the head axis
+    if two_d:  # one head, as in the lesson: add the head axis
         arrays = {name: arr[None] for name, arr in arrays.items()}
 
     dtypes = {name: arr.dtype for name, arr in arrays.items()}

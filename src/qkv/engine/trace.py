@@ -63,7 +63,7 @@ class Trace:
     - ``exp``     ``(..., Hq, Nq, Nk)``: e^(scaled − m), softmax's middle step (0 where masked)
     - ``exp_sum`` ``(..., Hq, Nq)``: Σ_j exp, so weights = exp / exp_sum and lse = m + log exp_sum
 
-    2-D inputs (one head, as in the seeds) give 2-D arrays, without the head axis.
+    2-D inputs (one head, as in the lesson) give 2-D arrays, without the head axis.
     """
 
     q: np.ndarray
