@@ -12,7 +12,7 @@ import pytest
 from page_checks import assert_page_clean
 from test_explore_browser import CHROMIUM, SCREENSHOTS, idle
 from test_explore_circuit import small_text
-from test_explore_views import browser, phone, server_url  # noqa: F401  (fixtures)
+from test_explore_views import browser, page, phone, server_url  # noqa: F401  (fixtures)
 
 
 @pytest.fixture(scope="module")
@@ -91,3 +91,17 @@ def test_view_10_puts_the_gpt_among_the_published_models(phone, sizes):  # noqa:
         m = sizes[name]
         assert f"{name}, {m['layers']} layers × {m['heads']} heads of d_k = {m['d_k']}" in said
     assert small_text(phone, "#gpt-scale-box *") == []
+
+
+@pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"no {CHROMIUM}")
+def test_view_5s_rule_at_1400_px(page, sizes):  # noqa: F811
+    page.goto(f"{page.base}#view=mistakes")
+    page.wait_for_selector("[data-testid='dk-table']", timeout=120_000)
+    idle(page)
+    rows = page.locator("[data-testid^='dk-row-']")
+    assert rows.count() == len(sizes)
+    # the whole table is in view: no sideways scrolling at 1400 px
+    assert page.get_by_test_id("dk-table").evaluate(
+        "t => t.parentElement.scrollWidth <= t.parentElement.clientWidth")
+    assert_page_clean(page)
+    page.locator("#dk-rule").screenshot(path=str(SCREENSHOTS / "dk-rule-1400.png"))
