@@ -327,10 +327,16 @@ async def room(server: Server, args, record: Record, misbehaved: dict) -> dict:
     until = time.monotonic() + args.seconds
     peak = {"rss": idle}
 
+    lag = {"max": 0.0}
+
     async def watch():
+        # the server's size, and this process's own loop lag: a client that is itself starved
+        # of CPU measures its own delay into every latency (and opens connections late)
         while True:
             peak["rss"] = max(peak["rss"], server.rss())
+            t = time.perf_counter()
             await asyncio.sleep(0.1)
+            lag["max"] = max(lag["max"], time.perf_counter() - t - 0.1)
 
     watcher = asyncio.create_task(watch())
     tasks = [asyncio.create_task(learner(i, server.url, server.code, views, args.think,
@@ -350,6 +356,7 @@ async def room(server: Server, args, record: Record, misbehaved: dict) -> dict:
     await client.aclose()
     return {"idle_rss": idle, "peak_rss": max(peak["rss"], server.rss("VmHWM")),
             "queue": stats, "elapsed": elapsed, "unfinished": len(pending),
+            "client_loop_lag_max": round(lag["max"], 3),
             "task_failures": failures, "unavailable": unavailable,
             "teacher_status": {p: dict(s) for p, s in teacher.status.items()}}
 
@@ -451,6 +458,8 @@ def print_report(args, rows, result, own, misbehaved) -> None:
     grew = (result["peak_rss"] - result["idle_rss"]) / mib
     print(f"server RSS: idle {result['idle_rss'] / mib:.0f} MiB (every model loaded), peak "
           f"{result['peak_rss'] / mib:.0f} MiB (+{grew:.0f} MiB)")
+    print(f"this client's own event loop lagged up to {result['client_loop_lag_max']:.2f} s "
+          f"(machine load average at the end: {os.getloadavg()[0]:.1f})")
     if not args.no_misbehaver:
         print(f"misbehaving client: {json.dumps(misbehaved)}")
     print(f"own answers: {own['checked']} checked, {len(own['wrong'])} not the learner's own"
