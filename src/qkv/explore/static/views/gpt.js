@@ -18,7 +18,7 @@ import {
 } from "../gpt/induction.js";
 import { roleBlock, roleGrid } from "../gpt/roles.js";
 import { mountGpt as mountScale, showGpt as showScale } from "../lesson/dk_rule.js";
-import { logitWords, probabilityWords } from "./gpt_effects_words.js";
+import { logitWords, probabilityWords } from "../gpt/effects_words.js";
 
 export const name = "gpt";
 export const READS = {

@@ -27,7 +27,7 @@ export const READS = {
     "selected.i", "selected.q", "selected.dots", "selected.scale", "selected.scaled",
     "selected.weights", "selected.output", "selected.top",
     "lookups.top", "lookups.self_count", "lookups.next_count", "lookups.previous_count",
-    "lookups.tied", "lookups.keys_used"],
+    "lookups.tied", "lookups.keys_used", "lookups.can_self"],
 };
 
 // the controls by the request fields they fill, so a server's complaint names the control
