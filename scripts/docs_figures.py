@@ -557,6 +557,29 @@ def farback_rnn_cells(o: Output) -> list[Cell]:
     return cells
 
 
+FROZEN = "python -m qkv.tasks.frozen_projections --json out/frozen-projections.json"
+FROZEN_COLUMNS = ("error (MSE)", "right (of 63)", "largest weight on the neighbour",
+                  "on itself", "mean weight on the neighbour")
+
+
+def _three_digits(x: float) -> str:
+    """An error as view 1 and lesson.md print it: 3 decimals from 0.1 up, else 3 significant
+    digits (0.0147, 0.000512)."""
+    return f"{x:.3f}" if x >= 0.1 else f"{x:.3g}"
+
+
+def frozen_cells(o: Output) -> list[Cell]:
+    """lesson.md §5's table: view 1's toy with the W's all learned, one frozen, one alone."""
+    result = json.loads((o.out / "frozen-projections.json").read_text())
+    cells = []
+    for run in result["runs"]:
+        values = (_three_digits(run["mse"]), str(run["right"]), str(run["top_on_neighbour"]),
+                  str(run["top_on_self"]), f"{run['weight_on_neighbour']:.3f}")
+        cells += [Cell(run["label"], column, value)
+                  for column, value in zip(FROZEN_COLUMNS, values, strict=True)]
+    return cells
+
+
 MQAR = "qkv train mqar --seed 0 --json out/mqar.json --plot out/mqar.png --save-dir out"
 MQAR_COLUMNS = {"attention": "attention", "ssm-small": "state-space, small state",
                 "ssm-large": "state-space, large state"}
@@ -1016,6 +1039,9 @@ RUNS = [
         {"farback-rnn.json": "docs/figures/farback-rnn.json",
          "farback-rnn.png": "docs/figures/farback-rnn.png",
          "farback-rnn.safetensors": "src/qkv/tasks/data/farback-rnn.safetensors"}),
+    Run("frozen-projections", "docs/lesson.md", FROZEN, 3.0, frozen_cells,
+        {"frozen-projections.json": ("docs/figures/frozen-projections.json",
+                                     "src/qkv/tasks/data/frozen-projections.json")}),
     Run("mqar", "docs/lesson.md", MQAR, 30.0, mqar_cells,
         {"mqar.json": ("docs/figures/mqar.json", "src/qkv/tasks/data/mqar.json"),
          "mqar.png": "docs/figures/mqar.png",

@@ -8,7 +8,8 @@
   ``/api/model/neuron`` (8): validated by :mod:`qkv.explore.schemas`, computed by qkv.
 - ``POST /api/farback``, ``/api/farback/curves``, ``/api/seq2seq/curves``, ``/api/cost/growth``,
   ``/api/cost/recall``, ``/api/cost/recall/curves``: the lesson's measured claims
-  (:mod:`qkv.explore.lesson_schemas`).
+  (:mod:`qkv.explore.lesson_schemas`); ``/api/projections/frozen`` (view 1's toy trained with
+  the W's learned or frozen, :mod:`qkv.explore.frozen_ws`).
 
 Bad input is a 422 with a sentence for a person (``detail``) and one entry per problem
 (``errors``) — only for pydantic's validation errors and :class:`InputError`; any other
@@ -37,6 +38,7 @@ from . import (
     compute,
     cost_service,
     farback_service,
+    frozen_ws,
     gpt_service,
     head_sizes,
     lessons,
@@ -262,6 +264,7 @@ def create_app(allowed_hosts: list[str] | None = None,
         return lessons.mistakes(req)
 
     head_sizes.register(app, BAD_INPUT)  # view 5: d_k = d_model / heads, in real models
+    frozen_ws.register(app, BAD_INPUT)  # view 1: the W's learned together, or one frozen
 
     @app.post("/api/cost", response_model=CostResponse, responses=BAD_INPUT)
     def cost(req: CostRequest) -> dict:

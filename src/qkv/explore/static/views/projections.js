@@ -12,6 +12,7 @@ import { placeLabels, spotsAround } from "../core/labels.js";
 import { heat, legend, paint } from "../core/legend.js";
 import { defineState, state, writeURL } from "../core/state.js";
 import { matrixTable } from "../core/table.js";
+import { mount as mountFrozen, show as showFrozen } from "../lesson/frozen_ws.js";
 
 export const name = "projections";
 export const READS = {
@@ -28,6 +29,11 @@ export const READS = {
     "selected.weights", "selected.output", "selected.top",
     "lookups.top", "lookups.self_count", "lookups.next_count", "lookups.previous_count",
     "lookups.tied", "lookups.keys_used", "lookups.can_self"],
+  // lesson/frozen_ws.js: the toy trained with the W's learned, one frozen, or one alone
+  "/api/projections/frozen": ["command", "points", "steps", "runs.label", "runs.learned",
+    "runs.frozen_at", "runs.mse_start", "runs.mse", "runs.tokens", "runs.right",
+    "runs.top_on_neighbour", "runs.top_on_self", "runs.weight_on_neighbour", "runs.w_q",
+    "runs.w_k", "runs.w_v"],
 };
 
 // the controls by the request fields they fill, so a server's complaint names the control
@@ -126,6 +132,7 @@ export function show() {
   renderEditors();
   renderPlanes();
   channel.send(request());
+  showFrozen();
 }
 
 /** Pixel position of (x, y). A point beyond the plane is drawn on its edge (and the plane
@@ -565,6 +572,17 @@ function play() {
 
 export function mount(section) {
   root = section;
+  mountFrozen($("#proj-frozen"), (wq, wk, wv, label) => { // a frozen-W run, into the planes
+    for (const [k, w] of [["w_q", wq], ["w_k", wk], ["w_v", wv]]) state.proj[k] = structuredClone(w);
+    state.proj.shape = "circle";
+    state.lookup.dk = 2;
+    $("#proj-shape").value = "circle";
+    $("[data-testid='proj-dk-2']").checked = true;
+    announce(`W_Q, W_K, W_V of the run "${label}" loaded`);
+    writeURL();
+    show();
+    $("#proj-mats").scrollIntoView({ block: "start" });
+  });
   $("#proj-shape").addEventListener("change", () => {
     state.proj.shape = $("#proj-shape").value;
     writeURL();
