@@ -15,6 +15,8 @@ import { matrixTable } from "../core/table.js";
 import { mount as mountFrozen, show as showFrozen } from "../lesson/frozen_ws.js";
 
 export const name = "projections";
+// (/api/projections/frozen: read by lesson/frozen_ws.js, the toy trained with the W's learned,
+// one frozen, or one alone)
 export const READS = {
   "/api/projections": ["q", "k", "v", "n", "d_k", "d_v", "frames_per_step",
     "trace.weights", "trace.output", "trace.scale", "shapes.X", "shapes.Q", "shapes.K",
@@ -29,7 +31,6 @@ export const READS = {
     "selected.weights", "selected.output", "selected.top",
     "lookups.top", "lookups.self_count", "lookups.next_count", "lookups.previous_count",
     "lookups.tied", "lookups.keys_used", "lookups.can_self"],
-  // lesson/frozen_ws.js: the toy trained with the W's learned, one frozen, or one alone
   "/api/projections/frozen": ["command", "points", "steps", "runs.label", "runs.learned",
     "runs.frozen_at", "runs.mse_start", "runs.mse", "runs.tokens", "runs.right",
     "runs.top_on_neighbour", "runs.top_on_self", "runs.weight_on_neighbour", "runs.w_q",
