@@ -11,7 +11,8 @@
                       accuracy per input length (docs/lesson.md).
   qkv train farback   one event 1 to 256 steps back in a window, among distractors: attention
                       vs a learned exponential decay vs a GRU, accuracy per lag; with
-                      --kinds ssm, a selective state-space model (Mamba block) too.
+                      --kinds ssm, a selective state-space model (Mamba block) too, with
+                      --kinds rnn a plain tanh RNN on the GRU's parameter budget.
   qkv train mqar      multi-query associative recall (Zoology): key–value pairs, then every key
                       asked; attention vs a Mamba-style selective state-space model at two
                       state sizes, accuracy per sequence length and number of pairs.
@@ -24,6 +25,7 @@ Examples:
   qkv train seq2seq --seed 0 --json seq2seq.json --plot seq2seq.png --heatmap align.svg
   qkv train farback --seed 0 --json farback.json --plot farback.png --heatmap weights.svg
   qkv train farback --seed 0 --kinds ssm --json farback-ssm.json --save-dir DIR
+  qkv train farback --seed 0 --kinds rnn --json farback-rnn.json --save-dir DIR
   qkv train mqar --seed 0 --json mqar.json --plot mqar.png --save-dir DIR
   qkv train gpt --seed 0 --checkpoint gpt.safetensors --export gpt-hf
 """
@@ -171,7 +173,8 @@ def _add_farback(sub) -> None:
                         "as line plots (.png/.svg; needs matplotlib)")
     p.add_argument("--kinds", default=None,
                    help="comma-separated models to train (default the shipped three: attention,"
-                        "recency,gru; also ssm, a selective state-space model)")
+                        "recency,gru; also ssm, a selective state-space model, and rnn, a "
+                        "plain tanh RNN)")
     p.add_argument("--save-dir", metavar="DIR",
                    help="save the models as DIR/farback-KIND.safetensors")
     p.set_defaults(train_run=run_farback)
@@ -594,6 +597,9 @@ def run_farback(args: argparse.Namespace) -> int:
     if "ssm" in kinds:
         console.print(f"ssm: a Mamba block of width {fb.SSM_WIDTH}, {fb.SSM_N_STATE} states per "
                       f"channel: a state of {fb.SSM_WIDTH * fb.SSM_N_STATE} numbers per series")
+    if "rnn" in kinds:
+        console.print(f"rnn: a plain tanh RNN of {fb.RNN_WIDTH} units, no gates (the GRU's "
+                      f"parameter budget)")
     result, models = _train_with_progress(console, args, fb, config, per_bucket,
                                           None if kinds == fb.KINDS else kinds)
     table = Table(title=f"held-out accuracy by lag ({per_bucket} series per lag bucket)")
