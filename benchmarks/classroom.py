@@ -63,6 +63,7 @@ class Server:
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      text=True)
         lines: queue.Queue[str] = queue.Queue()
+        self.lines = lines  # what the server prints after its banner: its log
         threading.Thread(target=lambda: [lines.put(x) for x in self.proc.stdout],
                          daemon=True).start()
         seen, deadline = [], time.monotonic() + START_TIMEOUT
@@ -85,13 +86,19 @@ class Server:
                 return int(line.split()[1]) * 1024
         raise RuntimeError(f"no {field} for the server process")
 
-    def stop(self) -> None:
+    def stop(self) -> list[str]:
+        """Stop the server; the lines it printed after its banner (warnings, tracebacks)."""
         self.proc.terminate()
         try:
             self.proc.wait(timeout=15)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+        time.sleep(0.2)  # the reader thread takes the last lines
+        log = []
+        while not self.lines.empty():
+            log.append(self.lines.get().rstrip())
+        return log
 
 
 # -- what the page asks, view by view -----------------------------------------------------------
@@ -464,6 +471,10 @@ def print_report(args, rows, result, own, misbehaved) -> None:
         print(f"misbehaving client: {json.dumps(misbehaved)}")
     print(f"own answers: {own['checked']} checked, {len(own['wrong'])} not the learner's own"
           + (f": {own['wrong'][:5]}" if own["wrong"] else ""))
+    log = result["server_log"]
+    print(f"server log: {len(log)} lines" + ("" if not log else ", the last ones:"))
+    for line in log[-20:]:
+        print(f"  {line}")
     if result["unavailable"]:
         print(f"not measured (models missing, 503): {', '.join(result['unavailable'])}")
     if result["unfinished"] or result["task_failures"]:
@@ -496,7 +507,8 @@ def main(argv=None) -> int:
         alone = reference(tuple(args.views))
         result = asyncio.run(room(server, args, record, misbehaved))
     finally:
-        server.stop()
+        server_log = server.stop()
+    result["server_log"] = server_log
     own = check_own_answers(record, alone)
     rows = summary(record)
     print_report(args, rows, result, own, misbehaved)

@@ -34,4 +34,5 @@ def test_a_short_classroom_serves_every_learner_their_own_answers(tmp_path):
     assert set(bad["huge body"]) == {"413"} and set(bad["slow body"]) == {"408"}, bad
     assert set(bad["wrong code"]) <= {"403", "429"}, bad
     assert "500" not in bad["burst"], bad
+    assert not any("Traceback" in line or "ERROR" in line for line in figures["server_log"])
     assert "RSS" in run.stdout and "own answers" in run.stdout
