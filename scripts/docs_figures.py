@@ -601,8 +601,8 @@ def mqar_cells(o: Output) -> list[Cell]:
     return cells
 
 
-MQAR_1600 = ("qkv train mqar --seed 0 --steps 1600 --json out/mqar-1600.json "
-             "--plot out/mqar-1600.png")
+MQAR_1600 = ("qkv train mqar --seed 0 --steps 1600 --generator uniform --json "
+             "out/mqar-1600.json --plot out/mqar-1600.png")
 
 
 def mqar_1600_cells(o: Output) -> list[Cell]:
@@ -611,6 +611,33 @@ def mqar_1600_cells(o: Output) -> list[Cell]:
     return [Cell(f"{r['length']}, {r['pairs']}", f"{column}, 1,600 steps",
                  f"{r['accuracy']:.3f}")
             for kind, column in MQAR_COLUMNS.items() for r in models[kind]["cells"]]
+
+
+MQAR_UNIFORM = ("qkv train mqar --seed 0 --generator uniform --json out/mqar-uniform.json "
+                "--plot out/mqar-uniform.png")
+
+
+def mqar_uniform_cells(o: Output) -> list[Cell]:
+    """lesson.md §4's run on the first generator (the shipped run before Zoology's)."""
+    models = json.loads((o.out / "mqar-uniform.json").read_text())["models"]
+    return [Cell(f"{r['length']}, {r['pairs']}", f"{column}, first generator",
+                 f"{r['accuracy']:.3f}")
+            for kind, column in MQAR_COLUMNS.items() for r in models[kind]["cells"]]
+
+
+MQAR_SELECTION = "python -m qkv.tasks.mqar_selection --json out/mqar-selection.json"
+MQAR_SELECTION_COLUMNS = {"kept_pairs": ("kept per token, reading the pairs", "{:.3f}"),
+                          "kept_after": ("kept per token, after the pairs", "{:.3f}"),
+                          "half_life_pairs": ("half-life, reading the pairs", "{:.1f}"),
+                          "half_life_after": ("half-life, after the pairs", "{:.1f}")}
+
+
+def mqar_selection_cells(o: Output) -> list[Cell]:
+    """lesson.md §4's "what selective selects" table: the shipped state-space models' share of
+    the state kept per token, per layer, reading the pairs and after them."""
+    result = json.loads((o.out / "mqar-selection.json").read_text())
+    return [Cell(f"N = {r['n_state']}, layer {r['layer']}", column, fmt.format(r[key]))
+            for r in result["rows"] for key, (column, fmt) in MQAR_SELECTION_COLUMNS.items()]
 
 
 MQAR_COST = ("python -m qkv.tasks.scaling --methods 'qkv causal,selective scan' "
@@ -1051,6 +1078,10 @@ RUNS = [
     Run("mqar-1600", "docs/lesson.md", MQAR_1600, 10.0, mqar_1600_cells,
         {"mqar-1600.json": "docs/figures/mqar-1600.json",
          "mqar-1600.png": "docs/figures/mqar-1600.png"}, long=True),
+    Run("mqar-uniform", "docs/lesson.md", MQAR_UNIFORM, 30.0, mqar_uniform_cells,
+        {"mqar-uniform.json": "docs/figures/mqar-uniform.json",
+         "mqar-uniform.png": "docs/figures/mqar-uniform.png"}, long=True),
+    Run("mqar-selection", "docs/lesson.md", MQAR_SELECTION, 0.3, mqar_selection_cells),
     Run("mqar-cost", "docs/lesson.md", MQAR_COST, 1.0, mqar_cost_cells,
         {"mqar-cost.json": "docs/figures/mqar-cost.json",
          "mqar-cost.png": "docs/figures/mqar-cost.png"}),

@@ -17,8 +17,8 @@ SMALL = mqar.MqarConfig(n_keys=8, n_values=8, train_lengths=(16,), eval_lengths=
 
 
 @pytest.mark.parametrize("length, pairs", [(16, 1), (16, 4), (64, 16), (40, [1, 3, 10, 7])])
-def test_a_sequence_stores_distinct_keys_then_asks_each_once(length, pairs):
-    c = mqar.MqarConfig()
+def test_a_uniform_sequence_stores_distinct_keys_then_asks_each_once(length, pairs):
+    c = mqar.MqarConfig(generator="uniform")
     rows = 4
     b = mqar.sample(c, np.random.default_rng(0), rows, length, np.asarray(pairs))
     assert b.tokens.shape == b.target.shape == (rows, length)
@@ -33,6 +33,80 @@ def test_a_sequence_stores_distinct_keys_then_asks_each_once(length, pairs):
         assert [stored[k] for k in tok[asked]] == tgt[asked].tolist()
         rest = np.setdiff1d(np.arange(2 * P, length), asked)
         assert (tok[rest] == mqar.FILLER).all()
+
+
+# -- the default generator: Zoology's multiquery_ar ------------------------------------------------
+def _zoology_rows(b):
+    """Per row: (keys, values, the asked positions, the filler positions) of a sampled batch."""
+    for tok, tgt, P in zip(b.tokens, b.target, b.pairs, strict=True):
+        asked = np.flatnonzero(tgt >= 0)
+        yield tok, tgt, int(P), asked, np.setdiff1d(np.arange(2 * P, len(tok)), asked)
+
+
+@pytest.mark.parametrize("length, pairs", [(16, 4), (64, 16), (128, 32), (40, [1, 3, 10, 7])])
+def test_a_zoology_sequence_stores_distinct_keys_and_distinct_values_then_asks_each_once(
+        length, pairs):
+    c = mqar.MqarConfig()
+    assert c.generator == "zoology"
+    b = mqar.sample(c, np.random.default_rng(0), 200, length, np.resize(pairs, 200))
+    for tok, tgt, P, asked, _ in _zoology_rows(b):
+        keys, values = tok[0:2 * P:2], tok[1:2 * P:2]
+        assert len(set(keys.tolist())) == P and ((keys >= 1) & (keys <= c.n_keys)).all()
+        assert len(set(values.tolist())) == P  # the uniform generator repeats one 99% of the time
+        assert ((values > c.n_keys) & (values < c.vocab)).all()
+        assert len(asked) == P and sorted(tok[asked].tolist()) == sorted(keys.tolist())
+        stored = dict(zip(keys.tolist(), values.tolist(), strict=True))
+        assert [stored[k] for k in tok[asked]] == tgt[asked].tolist()
+
+
+def test_a_zoology_sequence_fills_its_gaps_with_random_tokens_of_the_whole_vocabulary():
+    c = mqar.MqarConfig()
+    b = mqar.sample(c, np.random.default_rng(1), 3000, 64, 4)
+    filler = np.concatenate([tok[rest] for tok, _, _, _, rest in _zoology_rows(b)])
+    counts = np.bincount(filler, minlength=c.vocab)
+    assert len(counts) == c.vocab and (counts > 0).all()  # every token, filler and keys included
+    # uniform over the vocabulary: each count within 5 standard deviations of n / vocab
+    expect = len(filler) / c.vocab
+    assert np.abs(counts - expect).max() < 5 * np.sqrt(expect)
+    assert abs((counts[1: c.n_keys + 1].sum() / len(filler)) - c.n_keys / c.vocab) < 0.01
+
+
+def test_a_zoology_sequence_asks_at_even_offsets_drawn_by_the_power_law_in_draw_order():
+    """The oracle draws the gaps as Zoology does, one at a time without replacement with
+    probability ∝ (g + 1)^(a − 1) among those left (numpy's choice), pair i's key at draw i."""
+    c = mqar.MqarConfig()
+    T, P, n = 64, 4, 4000
+    b = mqar.sample(c, np.random.default_rng(2), n, T, P)
+    w = mqar.query_gap_weights(T, P)
+    assert len(w) == (T - 2 * P) // 2 and abs(w.sum() - 1) < 1e-12 and (np.diff(w) < 0).all()
+    gaps = np.empty((n, P), np.int64)  # gaps[r, i]: where pair i's key is asked, as offset / 2
+    for r, (tok, _, _, asked, _) in enumerate(_zoology_rows(b)):
+        offsets = asked - 2 * P
+        assert (offsets % 2 == 0).all()  # the uniform generator puts half of them at odd offsets
+        pair_of = {int(tok[2 * i]): i for i in range(P)}
+        for pos in asked:
+            gaps[r, pair_of[int(tok[pos])]] = (pos - 2 * P) // 2
+    oracle_rng = np.random.default_rng(3)
+    oracle = np.array([oracle_rng.choice(len(w), size=P, replace=False, p=w) for _ in range(n)])
+    for i in range(P):  # each draw's mean gap, and how often it is the nearest slot
+        sd = np.sqrt(gaps[:, i].var() / n + oracle[:, i].var() / n)
+        assert abs(gaps[:, i].mean() - oracle[:, i].mean()) < 5 * sd, i
+        near, want = (gaps[:, i] == 0).mean(), (oracle[:, i] == 0).mean()
+        assert abs(near - want) < 5 * np.sqrt(want * (1 - want) * 2 / n), i
+    # the mean key → query distance the issue measured: 19.3 here, 32.8 for the uniform generator
+    distance = (2 * P + 2 * gaps - 2 * np.arange(P)).mean()
+    oracle_distance = (2 * P + 2 * oracle - 2 * np.arange(P)).mean()
+    assert abs(distance - oracle_distance) < 1.0 and distance < 25
+
+
+def test_the_generator_is_named_and_checked():
+    with pytest.raises(ValueError, match=r"generator must be one of \('zoology', 'uniform'\)"):
+        mqar.MqarConfig(generator="zipf")
+    few_values = mqar.MqarConfig(n_keys=8, n_values=4)
+    with pytest.raises(ValueError, match=r"pairs must lie in \[1, 4\] for length 32"):
+        mqar.sample(few_values, np.random.default_rng(0), 2, 32, 5)  # distinct values: ≤ 4
+    assert mqar.sample(mqar.MqarConfig(n_keys=8, n_values=4, generator="uniform"),
+                       np.random.default_rng(0), 2, 32, 5).tokens.shape == (2, 32)
 
 
 def test_sample_refuses_pairs_that_do_not_fit():
@@ -166,20 +240,26 @@ def test_the_shipped_models_on_fresh_sequences_agree_with_the_json_within_sampli
 
 
 def test_the_shipped_run_shows_what_it_claims_about_the_state(shipped):
-    """The claims docs/lesson.md and view 6 make from the numbers: attention recalls well at
-    every trained length and pair count; each state-space model falls as the pairs grow."""
+    """The claims docs/lesson.md §4 and view 6 make from the numbers: attention recalls well at
+    every length and pair count (Zoology's sequences); each state-space model recalls one pair
+    and falls as the pairs grow, to near chance with 32; and on these sequences the 16-state
+    model is no better than the 4-state one (its training, not its size, is what limits it)."""
     data, _ = shipped
+    assert data["config"]["generator"] == "zoology"
     att = data["models"]["attention"]["cells"]
-    trained = set(data["config"]["train_lengths"])
-    assert min(r["accuracy"] for r in att if r["length"] in trained) >= 0.9
+    assert min(r["accuracy"] for r in att) >= 0.95
+    chance = 1 / data["config"]["n_values"]
     for kind in ("ssm-small", "ssm-large"):
-        for T in trained:
-            acc = [r["accuracy"] for r in data["models"][kind]["cells"] if r["length"] == T]
-            assert acc[-1] < acc[0]  # more pairs than the state holds: recall falls
-    # docs/lesson.md §4: the 16-state model holds up to 8 pairs at every length, not 16
-    large = data["models"]["ssm-large"]["cells"]
-    assert min(r["accuracy"] for r in large if r["pairs"] <= 8) >= 0.9
-    assert max(r["accuracy"] for r in large if r["pairs"] >= 16) < 0.9
+        cells = data["models"][kind]["cells"]
+        assert min(r["accuracy"] for r in cells if r["pairs"] == 1) >= 0.9
+        assert max(r["accuracy"] for r in cells if r["pairs"] >= 2) < 0.6
+        for T in data["config"]["eval_lengths"]:
+            acc = [r["accuracy"] for r in cells if r["length"] == T]
+            assert acc == sorted(acc, reverse=True)  # more pairs, less recall
+        assert mqar.cell(data["models"][kind], 128, 32)["accuracy"] < 2 * chance
+    small, large = (data["models"][k]["cells"] for k in ("ssm-small", "ssm-large"))
+    assert max(abs(a["accuracy"] - b["accuracy"]) for a, b in zip(small, large, strict=True)) \
+        < 0.05
 
 
 # -- the command ----------------------------------------------------------------------------------
@@ -195,6 +275,7 @@ def test_quick_cli_writes_json_plot_and_checkpoints(tmp_path, capsys):
                  str(tmp_path / "m.png"), "--save-dir", str(tmp_path)]) == 0
     result = json.loads(out.read_text())
     assert list(result["models"]) == list(mqar.KINDS)
+    assert result["config"]["generator"] == "zoology"  # the default: Zoology's multiquery_ar
     config = mqar.MqarConfig(**result["config"])
     for kind in mqar.KINDS:
         model = mqar.MqarModel.load(tmp_path / f"mqar-{kind}.safetensors")
@@ -210,6 +291,7 @@ def test_quick_cli_writes_json_plot_and_checkpoints(tmp_path, capsys):
     (["--steps", "0"], "steps must be a positive int, got 0"),
     (["--per-cell", "0"], "--per-cell must be ≥ 1"),
     (["--heatmap", "x.svg"], "--heatmap is not drawn for this task"),
+    (["--generator", "zipf"], "generator must be one of ('zoology', 'uniform'), got 'zipf'"),
 ])
 def test_bad_arguments_are_one_clear_line(argv, message):
     import re

@@ -192,6 +192,11 @@ def _add_mqar(sub) -> None:
     p.add_argument("--save-dir", metavar="DIR",
                    help="save the models as DIR/mqar-{attention,ssm-small,ssm-large}"
                         ".safetensors")
+    p.add_argument("--generator", default=None,
+                   help="how sequences are drawn: zoology (default; Zoology's multiquery_ar: "
+                        "distinct values, random-token filler, queries bunched near the "
+                        "pairs) or uniform (the first generator: constant filler, queries "
+                        "anywhere after the pairs)")
     p.set_defaults(train_run=run_mqar)
 
 
@@ -658,14 +663,16 @@ def run_mqar(args: argparse.Namespace) -> int:
     if args.heatmap:
         raise SystemExit("qkv train mqar: --heatmap is not drawn for this task (the state-space "
                          "models have no attention weights); use --json and --plot")
-    config = _experiment_config(args, "mqar", mqar.MqarConfig, QUICK_MQAR, {})
+    config = _experiment_config(args, "mqar", mqar.MqarConfig, QUICK_MQAR,
+                                {"generator": args.generator})
     per_cell = _count(args, "per_cell", "mqar", quick=20, full=100)
     kinds = _kinds(args, "mqar", mqar.KINDS, mqar.KINDS)
     console = Console()
     sizes = {k: mqar.MqarModel(config, k) for k in kinds}
     console.print(f"multi-query associative recall: {config.n_keys} keys, {config.n_values} "
                   f"values; trained on lengths {', '.join(map(str, config.train_lengths))}, "
-                  f"1 to length/4 pairs (log-uniform); {config.steps} Adam steps of "
+                  f"1 to length/4 pairs (log-uniform), {config.generator} generator; "
+                  f"{config.steps} Adam steps of "
                   f"{config.batch} per model, seed {config.seed}")
     console.print("parameters (all / the two mixers): " + ", ".join(
         f"{k} {m.num_params:,} / {m.mixer_params:,}" for k, m in sizes.items()))

@@ -10,9 +10,23 @@ filler tokens; at each asked key the model must name the value stored under it::
                                ↑     ↑      ↑
                               v₇    v₂     v₁          targets at the asked keys only
 
-Tokens: 0 is the filler "·", keys are 1 … n_keys, values n_keys + 1 … n_keys + n_values; the
-keys of a sequence are distinct, the values random. Every model reads the tokens causally
-(position t sees positions ≤ t) and emits a distribution over the vocabulary at each position.
+Tokens: 0 is the filler "·", keys are 1 … n_keys, values n_keys + 1 … n_keys + n_values. Every
+model reads the tokens causally (position t sees positions ≤ t) and emits a distribution over
+the vocabulary at each position. Two generators (``MqarConfig.generator``):
+
+- ``"zoology"`` (the default) follows Zoology's ``multiquery_ar`` (zoology/data/
+  associative_recall.py): the keys *and the values* of a sequence are distinct; the P asked
+  keys sit at even offsets 2g after the pairs, the gaps g distinct and drawn with weight
+  ∝ (g + 1)^(a − 1), a = :data:`QUERY_POWER` (a power law bunched near the pairs; the
+  first pair's key tends to get the first draw); every other slot after the pairs holds a
+  random token of the whole vocabulary (filler, keys and values alike — never a target).
+- ``"uniform"`` (this module's first generator, kept to reproduce the earlier runs): values
+  drawn with replacement, the questions at P positions anywhere after the pairs (uniformly,
+  in random order), the filler "·" everywhere else.
+
+What still differs from Zoology: its vocabulary is 8,192 tokens (here 1 + 32 + 32), it trains
+on a fixed set of examples per (length, pairs) (here fresh batches every step, pairs
+log-uniform), and its models have no previous-token embedding (and Mamba's expand is 2, here 1).
 
 Three models, the same but for the sequence mixer in their two layers (pre-norm residual)::
 
@@ -55,6 +69,8 @@ KINDS = ("attention", "ssm-small", "ssm-large")
 TASK = "mqar"
 DATA = Path(__file__).parent / "data"
 FILLER = 0
+GENERATORS = ("zoology", "uniform")  # see the module's docstring
+QUERY_POWER = 0.01  # Zoology's train_power_a = test_power_a: p(gap g) ∝ (g + 1)^(a − 1)
 
 
 @dataclass(frozen=True)
@@ -74,8 +90,12 @@ class MqarConfig:
     steps: int = 4800
     lr: float = 3e-3
     seed: int = 0
+    generator: str = "zoology"  # one of GENERATORS
 
     def __post_init__(self):
+        if self.generator not in GENERATORS:
+            raise ValueError(f"MqarConfig: generator must be one of {GENERATORS}, got "
+                             f"{self.generator!r}")
         for name in ("n_keys", "n_values", "d_model", "n_heads", "state_small", "state_large",
                      "batch", "steps"):
             value = getattr(self, name)
@@ -141,12 +161,50 @@ class Batch:
 def sample(config: MqarConfig, rng: np.random.Generator, n: int, length: int,
            pairs: int | np.ndarray) -> Batch:
     """``n`` sequences of ``length`` tokens with ``pairs`` pairs each (an int, or one per row,
-    each in [1, length / 4])."""
+    each in [1, length / 4]), drawn by the config's generator (see the module's docstring)."""
     c = config
     P = np.broadcast_to(np.asarray(pairs), (n,)).astype(np.int64)
-    if (P < 1).any() or (P > max_pairs(length)).any() or (P > c.n_keys).any():
-        raise ValueError(f"mqar.sample: pairs must lie in [1, {min(max_pairs(length), c.n_keys)}]"
+    top = min(max_pairs(length), c.n_keys)
+    if c.generator == "zoology":
+        top = min(top, c.n_values)  # the values of a sequence are distinct too
+    if (P < 1).any() or (P > top).any():
+        raise ValueError(f"mqar.sample: pairs must lie in [1, {top}]"
                          f" for length {length}, got {sorted(set(P.tolist()))[:5]}")
+    if c.generator == "zoology":
+        return _sample_zoology(c, rng, n, length, P)
+    return _sample_uniform(c, rng, n, length, P)
+
+
+def query_gap_weights(length: int, pairs: int) -> np.ndarray:
+    """The weights of the gaps g = 0 … (length − 2·pairs)/2 − 1 (query at offset 2g after the
+    pairs) in the ``"zoology"`` generator: ∝ (g + 1)^(a − 1), normalised."""
+    space = (length - 2 * pairs) // 2
+    w = QUERY_POWER * np.arange(1, space + 1, dtype=np.float64) ** (QUERY_POWER - 1)
+    return w / w.sum()
+
+
+def _sample_zoology(c: MqarConfig, rng, n: int, length: int, P: np.ndarray) -> Batch:
+    tokens = rng.integers(0, c.vocab, (n, length))  # every slot not set below: random tokens
+    target = np.full((n, length), -1, np.int64)
+    keys = np.argsort(rng.random((n, c.n_keys)), axis=1)[:, : P.max()] + 1  # distinct keys
+    values = np.argsort(rng.random((n, c.n_values)), axis=1)[:, : P.max()] + 1 + c.n_keys
+    for p in np.unique(P):
+        rows = np.flatnonzero(P == p)
+        k, v = keys[rows, :p], values[rows, :p]
+        tokens[rows[:, None], np.arange(0, 2 * p, 2)] = k
+        tokens[rows[:, None], np.arange(1, 2 * p, 2)] = v
+        # p distinct gaps by weighted sampling without replacement, in draw order: the
+        # smallest Exp(1)/w (Efraimidis–Spirakis) — the same law as drawing one gap at a time
+        # with probability ∝ w among those left, as Zoology's np.random.choice does.
+        w = query_gap_weights(length, int(p))
+        order = np.argsort(rng.exponential(size=(len(rows), len(w))) / w, axis=1)[:, :p]
+        slots = 2 * p + 2 * order  # pair i's key is asked at the i-th gap drawn
+        tokens[rows[:, None], slots] = k
+        target[rows[:, None], slots] = v
+    return Batch(tokens, target, P)
+
+
+def _sample_uniform(c: MqarConfig, rng, n: int, length: int, P: np.ndarray) -> Batch:
     tokens = np.full((n, length), FILLER, np.int64)
     target = np.full((n, length), -1, np.int64)
     keys = np.argsort(rng.random((n, c.n_keys)), axis=1)[:, : P.max()] + 1  # distinct keys

@@ -79,12 +79,20 @@ export function roomWords(curves) {
     return `N = ${m.n_state} (${size}) ${held}${pct(cells[fall].accuracy)} with ${cells[fall].pairs}` +
       (last !== cells[fall] ? ` and ${pct(last.accuracy)} with ${last.pairs}` : "");
   });
+  // the most pairs each state-space model answers well at this length (0: not even one)
+  const reachOf = (m) => Math.max(0, ...m.cells.filter((c) => c.length === length &&
+    c.accuracy >= GOOD).map((c) => c.pairs));
+  const ssm = curves.models.filter((m) => m.n_state !== null);
+  const sameReach = ssm.length > 1 && ssm.every((m) => reachOf(m) === reachOf(ssm[0]));
+  const caveat = sameReach ? ` Here the larger state answers no more pairs than the smaller ` +
+    `(${ssm.map((m) => `N = ${m.n_state}: ${reachOf(m)}`).join(", ")}): on these sequences its ` +
+    `training, not its size, is what stops it first.` : "";
   const attWorst = Math.min(...attCells.map((c) => c.accuracy));
   const attSaid = attWorst === 1 ? "answers every asked key (100%) at every pair count"
     : `answers at least ${pct(attWorst)} at every pair count`;
   return `However well it chooses what to write, the state stays the same size: every pair ` +
     `written takes room from the pairs before it. In the shipped runs at length ${length}, ` +
-    `${parts.join("; ")} — while attention, which keeps every token, ${attSaid}.`;
+    `${parts.join("; ")} — while attention, which keeps every token, ${attSaid}.${caveat}`;
 }
 
 const nowrap = (node) => { node.style.whiteSpace = "nowrap"; return node; };
