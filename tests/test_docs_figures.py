@@ -233,7 +233,8 @@ def test_the_docs_figures_are_what_the_command_prints(name, tmp_path):
 
 
 @pytest.mark.parametrize("name", ["farback", "farback-gru", "farback-lag16", "farback-ssm",
-                                  "seq2seq", "scaling", "mqar", "mqar-1600", "mqar-cost"])
+                                  "seq2seq", "scaling", "mqar", "mqar-1600", "mqar-uniform",
+                                  "mqar-cost"])
 def test_the_tables_are_the_shipped_json_of_their_commands(name, tmp_path):
     """docs/figures/*.json are the outputs of the commands above lesson.md's tables (written by
     scripts/regenerate_artefacts.py): every figure parsed from them equals the doc's."""
@@ -255,6 +256,6 @@ def test_the_check_lists_every_run_and_marks_the_long_and_timing_only_ones(capsy
     lines = capsys.readouterr().out.splitlines()
     assert [line.split()[0] for line in lines] == [r.name for r in RUNS]
     assert {line.split()[0] for line in lines if "(long)" in line} == \
-        {"gpt", "ring-1m", "mqar", "mqar-1600"}
+        {"gpt", "ring-1m", "mqar", "mqar-1600", "mqar-uniform"}
     with pytest.raises(SystemExit, match="unknown run nope"):
         check_docs_figures.main(["nope"])
