@@ -239,3 +239,12 @@ def test_bound_to_every_address_the_room_is_shown_the_lan_one(monkeypatch):
         assert server.room_url(sock, "127.0.0.1") == f"http://127.0.0.1:{port}/"
     finally:
         sock.close()
+
+
+def test_the_arena_cap_is_taken_only_from_glibc(monkeypatch):
+    import platform
+
+    from qkv.explore.classroom import cap_malloc_arenas
+
+    monkeypatch.setattr(platform, "libc_ver", lambda *a, **k: ("musl", "1.2"))
+    assert cap_malloc_arenas() is False  # nothing is changed on another C library

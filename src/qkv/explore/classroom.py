@@ -69,3 +69,27 @@ def print_banner(url: str, code: str, out=None) -> None:
         segno.make(link, error="m").terminal(out=out, compact=True)
     print("qkv explore: each browser is asked for the code once; a restart makes a new code",
           file=out, flush=True)
+
+
+M_ARENA_MAX = -8  # glibc's mallopt parameter (malloc.h)
+MALLOC_ARENAS = 2
+
+
+def cap_malloc_arenas(arenas: int = MALLOC_ARENAS) -> bool:
+    """Let glibc's malloc keep at most ``arenas`` arenas; False where the C library is not
+    glibc (nothing is changed there).
+
+    Why: each thread that allocates gets an arena of its own (up to 8 per core), and memory
+    freed in an arena stays with it. A room's requests run on many worker threads, and 30
+    simulated learners grew the server ~500 MB above its idle size with the default; with two
+    arenas, ~260 MB (benchmarks/classroom.py, docs/explore.md). Called before the server's
+    threads start: arenas made earlier stay."""
+    import ctypes
+    import platform
+
+    if platform.libc_ver()[0] != "glibc":
+        return False
+    try:
+        return bool(ctypes.CDLL(None).mallopt(M_ARENA_MAX, arenas))
+    except (OSError, AttributeError):
+        return False

@@ -13,7 +13,14 @@ import threading
 import webbrowser
 
 from .app import create_app
-from .classroom import Classroom, NoLanAddress, join_url, lan_address, print_banner
+from .classroom import (
+    Classroom,
+    NoLanAddress,
+    cap_malloc_arenas,
+    join_url,
+    lan_address,
+    print_banner,
+)
 from .hosts import WILDCARDS, allowed_hosts_for, is_loopback
 from .joincode import redact_logs
 from .limits import timed_h11_protocol
@@ -92,6 +99,7 @@ def serve(host: str = "127.0.0.1", port: int = 8765, open_browser: bool = True,
     url = url_of(sock, host)
     room = Classroom() if classroom else None
     if room is not None:
+        cap_malloc_arenas()  # before the server's threads: what a room's requests leave behind
         print_banner(room_url(sock, host), room.code)
     elif not is_loopback(host):
         print(f"qkv explore: warning: listening on {host}, so other machines can reach this "
