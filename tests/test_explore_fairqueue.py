@@ -236,3 +236,15 @@ def test_a_learner_waiting_for_a_far_back_read_gets_their_other_request_meanwhil
         assert started([b_read]) == ["b/api/farback"]
 
     asyncio.run(run())
+
+
+def test_a_server_without_a_classroom_says_so_at_the_queue_path():
+    # the page polls /api/queue while a request takes long; outside a classroom a 404 there was
+    # a console error in every browser test whose request took over 400 ms
+    async def ask(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as c:
+            return await c.get("/api/queue")
+
+    alone = asyncio.run(ask(create_app()))
+    assert alone.status_code == 200 and alone.json() == {"classroom": False, "waiting": []}

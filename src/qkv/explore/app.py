@@ -232,6 +232,13 @@ def create_app(allowed_hosts: list[str] | None = None,
         projections view's "learned" preset."""
         return learned
 
+    @app.get("/api/queue")
+    def queue() -> dict:
+        """No queue here: a server without ``--classroom`` runs every request at once. (A
+        classroom's queue answers this path itself, with each waiting request's place: see
+        :mod:`.fairqueue`.) Answered, not a 404, so a page's poll is never a console error."""
+        return {"classroom": False, "waiting": []}
+
     @app.get("/api/health")
     def health() -> dict:
         """Is the server up? (Does not load the model.)"""

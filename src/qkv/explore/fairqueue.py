@@ -206,7 +206,8 @@ class FairService:
             return await self.app(scope, receive, send)
         path = scope["path"]
         if path == QUEUE_PATH and scope["method"] == "GET":
-            return await _json(send, 200, {"waiting": self.queue.ahead(learner_of(scope)),
+            return await _json(send, 200, {"classroom": True,
+                                           "waiting": self.queue.ahead(learner_of(scope)),
                                            "queue": self.queue.stats()})
         if scope["method"] != "POST" or not is_heavy(path):
             return await self.app(scope, receive, send)

@@ -25,7 +25,7 @@ export class ApiError extends Error {
 // A classroom's server (qkv explore --classroom) queues the heavy requests, fairly between
 // learners. While one of this page's requests waits, GET /api/queue says how many requests
 // are ahead of it, and #queue-note shows it ("3 ahead of you"). A server without a queue
-// answers 404 there, and the page stops asking.
+// answers {classroom: false} there (an older one 404), and the page stops asking.
 const QUEUE_AFTER_MS = 400;
 const QUEUE_EVERY_MS = 1000;
 let queueServer = true;
@@ -51,6 +51,7 @@ async function pollQueue() {
     const response = await fetch("/api/queue");
     if (response.status === 404) { queueServer = false; queueNote().hidden = true; return; }
     const data = await response.json();
+    if (data.classroom === false) { queueServer = false; queueNote().hidden = true; return; }
     const mine = (data.waiting || []).filter((w) => inFlight.has(w.path));
     const note = queueNote();
     if (mine.length && inFlight.size) {
