@@ -118,3 +118,28 @@ def matmul_rows(x: np.ndarray, w: np.ndarray, fast: bool = False) -> np.ndarray:
     use = current().resolved_gemm() if fast and blas_held() else "numpy"
     flat = gemm.matmul(x.reshape(-1, x.shape[-1]), w, use=use)
     return flat.reshape(*x.shape[:-1], w.shape[-1])
+
+
+def check_sequence(x, h0, lengths, owner: str, d_in: int, d_hidden: int, dtype):
+    """A recurrent layer's inputs checked: ``x (B, T, d_in)``, ``h0 (B, d_hidden)`` (zeros
+    if None) in x's dtype, ``lengths (B,)`` integers in [0, T] or None; errors name
+    ``owner`` (the GRU and the plain RNN share this)."""
+    x = as_input(x, "x", owner, d_in, dtype)
+    if x.ndim != 3:
+        raise ValueError(f"{owner}: x must have shape (B, T, {d_in}), got {x.shape}")
+    B, T, _ = x.shape
+    if h0 is None:
+        h0 = np.zeros((B, d_hidden), x.dtype)
+    else:
+        h0 = as_input(h0, "h0", owner, d_hidden, x.dtype)
+        if h0.shape != (B, d_hidden):
+            raise ValueError(f"{owner}: h0 must have shape ({B}, {d_hidden}), got "
+                             f"{h0.shape}")
+    if lengths is not None:
+        lengths = np.asarray(lengths)
+        if lengths.dtype == bool or not np.issubdtype(lengths.dtype, np.integer):
+            raise TypeError(f"{owner}: lengths must be integers, got dtype {lengths.dtype}")
+        if lengths.shape != (B,) or (lengths < 0).any() or (lengths > T).any():
+            raise ValueError(f"{owner}: lengths must have shape ({B},) with values in [0, {T}], "
+                             f"got {lengths.tolist() if lengths.size < 20 else lengths.shape}")
+    return x, h0.astype(x.dtype, copy=False), lengths

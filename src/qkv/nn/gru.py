@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._base import Layer, as_input, as_rng, check_dtype, positive_int
+from ._base import Layer, as_input, as_rng, check_dtype, check_sequence, positive_int
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
@@ -76,25 +76,7 @@ class GRU(Layer):
 
     # -- sequence forward / backward --------------------------------------------------------
     def _check(self, x, h0, lengths):
-        x = as_input(x, "x", "GRU", self.d_in, self.dtype)
-        if x.ndim != 3:
-            raise ValueError(f"GRU: x must have shape (B, T, {self.d_in}), got {x.shape}")
-        B, T, _ = x.shape
-        if h0 is None:
-            h0 = np.zeros((B, self.d_hidden), x.dtype)
-        else:
-            h0 = as_input(h0, "h0", "GRU", self.d_hidden, x.dtype)
-            if h0.shape != (B, self.d_hidden):
-                raise ValueError(f"GRU: h0 must have shape ({B}, {self.d_hidden}), got "
-                                 f"{h0.shape}")
-        if lengths is not None:
-            lengths = np.asarray(lengths)
-            if lengths.dtype == bool or not np.issubdtype(lengths.dtype, np.integer):
-                raise TypeError(f"GRU: lengths must be integers, got dtype {lengths.dtype}")
-            if lengths.shape != (B,) or (lengths < 0).any() or (lengths > T).any():
-                raise ValueError(f"GRU: lengths must have shape ({B},) with values in [0, {T}], "
-                                 f"got {lengths.tolist() if lengths.size < 20 else lengths.shape}")
-        return x, h0.astype(x.dtype, copy=False), lengths
+        return check_sequence(x, h0, lengths, "GRU", self.d_in, self.d_hidden, self.dtype)
 
     def forward(self, x, h0=None, lengths=None):
         x, h0, lengths = self._check(x, h0, lengths)
