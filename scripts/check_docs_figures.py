@@ -3,7 +3,7 @@
     python scripts/check_docs_figures.py                   # every exact figure (~15 min, 2 cores)
     python scripts/check_docs_figures.py recall farback    # some runs, by name
     python scripts/check_docs_figures.py --timings         # and the timings (a quiet machine)
-    python scripts/check_docs_figures.py --timings --long  # and the very slow ones (~45 min more)
+    python scripts/check_docs_figures.py --timings --long  # and the very slow ones (~90 min more)
     python scripts/check_docs_figures.py --timings --update  # rewrite the docs' timings
     python scripts/check_docs_figures.py --list
 
@@ -17,8 +17,8 @@ two runs of `qkv bench` showed on this machine: up to 29% per case), or within t
 runs the doc gives ("6.8–8.5"), widened by 30%; time slopes within ±0.15. --update rewrites the
 timings (and the load averages printed beside them) in the docs with this run's, and leaves
 every exact figure alone: a difference there is a finding. Runs marked long (gpt-vs-torch's
-2,000 steps, the 1,048,576-token ring, lesson.md's longer far-back runs) run only with --long or
-by name.
+2,000 steps, the 1,048,576-token ring, lesson.md's longer far-back runs, the GPT-recipe runs
+of `qkv train induction`) run only with --long or by name.
 
 Each command runs as the doc prints it, in a temporary folder (its out/): the repository's
 files are never written, except the docs by --update. Each run prints its wall time. Exit status
@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="also compare timings, within the stated tolerance (run on a quiet "
                              "machine), and run the runs that only have timings")
     parser.add_argument("--long", action="store_true",
-                        help="also run the very slow runs (2–25 min each, ~45 min in all)")
+                        help="also run the very slow runs (2–25 min each, ~90 min in all)")
     parser.add_argument("--update", action="store_true",
                         help="rewrite the docs' timings with this run's (implies --timings)")
     parser.add_argument("--keep", type=Path, metavar="DIR",

@@ -1038,6 +1038,63 @@ def induction_cells(o: Output) -> list[Cell]:
     return cells
 
 
+GPT_REPEATS = ("qkv train induction --model gpt --steps 16000 --seed 0 --checkpoint "
+               "out/gpt-repeats-run.safetensors --save-weights out/gpt-repeats.safetensors")
+GPT_TEXT = ("qkv train induction --model gpt --data text --steps 10000 --seed 0 --checkpoint "
+            "out/gpt-text-run.safetensors --save-weights out/gpt-text-long.safetensors")
+GPT_TEXT_256 = ("qkv train induction --model gpt --data text --context 256 --batch 3 --steps "
+                "10000 --seed 0 --checkpoint out/gpt-text-256-run.safetensors --save-weights "
+                "out/gpt-text-256.safetensors")
+OWN_HEADS = "python -m qkv.tasks.own_heads"
+GPT_RUN_COLUMNS = ("loss on plain text", "loss on the repeats", "induction score",
+                   "previous-token score")
+
+
+def gpt_run_cells(command: str) -> Callable[[Output], list[Cell]]:
+    """A GPT-recipe run of ``qkv train induction``: the evaluations the doc's table under
+    ``command`` shows (every one printed is measured; the table picks some), and where the
+    induction score first reached the threshold, if it did."""
+    def cells(o: Output) -> list[Cell]:
+        r = parse_induction(o.stdout)
+        shown = set(doc_table("docs/gpt.md", command)[1])
+        out = []
+        for step, (_, repeat, score, previous, seconds) in r["curve"].items():
+            if f"{step:,}" not in shown:
+                continue
+            values = (r["text"][step], repeat, score, previous)
+            out += [Cell(f"{step:,}", column, value)
+                    for column, value in zip(GPT_RUN_COLUMNS, values, strict=True)]
+            out.append(Cell(f"{step:,}", "seconds", seconds, kind="timing"))
+        if r["first"] is not None:
+            out.append(Cell(prose=r"first reached \*\*([\d.]+) at step ([\d,]+)\*\*",
+                            measured=r["first"][0]))
+        return out
+    return cells
+
+
+def own_heads_cells(o: Output) -> list[Cell]:
+    """docs/gpt.md's three tables of the GPT's own heads (each under its header line)."""
+    from docs_parsers import parse_own_heads
+
+    r = parse_own_heads(o.stdout)
+    runs_at = "| run | steps | training characters | first induction head (≥ 0.3) |"
+    copy_at = "| windows | the last 2 characters occurred before |"
+    worth_at = "| model | heads switched off | induction heads |"
+    cells = [Cell(name, column, value, anchor=runs_at) for name, values in r["runs"].items()
+             for column, value in zip(("steps", "training characters",
+                                       "first induction head (≥ 0.3)", "best score"), values,
+                                      strict=True)]
+    cells += [Cell(what, column, value, anchor=copy_at) for what, values in r["copy"].items()
+              for column, value in zip(("the last 2 characters occurred before",
+                                        "copying what followed is right", "news",
+                                        "statistics right"), values, strict=True)]
+    cells += [Cell(name, column, value, anchor=worth_at) for name, values in r["worth"].items()
+              for column, value in zip(("heads switched off", "induction heads", "plain text",
+                                        "news positions", "copy wrong", "repeated characters"),
+                                       values, strict=True)]
+    return cells
+
+
 RUNS = [
     Run("recall", "docs/training.md", RECALL, 0.4, recall_cells),
     Run("scaling-memory", "docs/lesson.md", SCALING_MEMORY, 0.5, scaling_memory_cells),
@@ -1118,6 +1175,13 @@ RUNS = [
     Run("induction", "docs/gpt.md", INDUCTION, 2.0, induction_cells,
         artefacts={"induction-shakespeare.safetensors":
                    "src/qkv/tasks/data/induction-shakespeare.safetensors"}),
+    Run("own-heads", "docs/gpt.md", OWN_HEADS, 0.3, own_heads_cells),
+    Run("gpt-repeats", "docs/gpt.md", GPT_REPEATS, 22.0, gpt_run_cells(GPT_REPEATS), long=True,
+        artefacts={"gpt-repeats.safetensors": "src/qkv/tasks/data/gpt-repeats.safetensors"}),
+    Run("gpt-text", "docs/gpt.md", GPT_TEXT, 10.0, gpt_run_cells(GPT_TEXT), long=True,
+        artefacts={"gpt-text-long.safetensors": "src/qkv/tasks/data/gpt-text-long.safetensors"}),
+    Run("gpt-text-256", "docs/gpt.md", GPT_TEXT_256, 18.0, gpt_run_cells(GPT_TEXT_256), long=True,
+        artefacts={"gpt-text-256.safetensors": "src/qkv/tasks/data/gpt-text-256.safetensors"}),
     Run("ring-1m", "docs/distributed.md", RING_1M, 25.0, ring_1m_cells, long=True,
         benchmark=True),
 ]

@@ -154,9 +154,37 @@ def parse_circuits(stdout: str) -> dict:
 
 def parse_induction(stdout: str) -> dict:
     """``qkv train induction``: {"curve": {step: (held-out loss, loss on the repeats,
-    induction, previous-token, seconds)}, "first": (score, step)} as printed."""
-    curve = {int(m.group(1)): m.group(2, 3, 4, 5, 6) for m in re.finditer(
-        r"^step (\d+): loss ([\d.]+) \(held out\), ([\d.]+) on the repeats · induction "
-        r"([\d.]+) · previous-token ([\d.]+) · ([\d.]+) s", stdout, re.M)}
-    first = _search(r"first reached ([\d.]+) at step (\d+)", stdout, "qkv train induction")
-    return {"curve": curve, "first": first.groups()}
+    induction, previous-token, seconds)}, "text": {step: loss on plain text} (runs that print
+    it), "first": (score, step), or None when the score never reached the threshold} as
+    printed."""
+    lines = list(re.finditer(
+        r"^step (\d+): loss ([\d.]+) \(held out\), ([\d.]+) on the repeats"
+        r"(?:, ([\d.]+) on plain text)? · induction "
+        r"([\d.]+) · previous-token ([\d.]+) · ([\d.]+) s", stdout, re.M))
+    curve = {int(m.group(1)): m.group(2, 3, 5, 6, 7) for m in lines}
+    text = {int(m.group(1)): m.group(4) for m in lines if m.group(4)}
+    first = re.search(r"first reached ([\d.]+) at step (\d+)", stdout, re.M)
+    if first is None:  # a run that grew none says so
+        _search(r"the induction score never reached the threshold", stdout,
+                "qkv train induction")
+    return {"curve": curve, "text": text, "first": first.groups() if first else None}
+
+
+def parse_own_heads(stdout: str) -> dict:
+    """``python -m qkv.tasks.own_heads``: {"runs": {name: (steps, characters, first, best)},
+    "copy": {what: (found, right, news, statistics right)}, "worth": {model: (heads,
+    induction heads "yes"/"no", plain, news, copy wrong, repeats)}} as printed (each loss a
+    pair "a → b")."""
+    runs = {m.group(1): m.group(2, 3, 4, 5) for m in re.finditer(
+        r"^(attention-only|gpt-[\w-]+)\s+([\d,]+)\s+([\d.]+ M)\s+"
+        r"(step [\d,]+ \([\d.]+ M chars\)|never)\s+([\d.]+ at step [\d,]+)$", stdout, re.M)}
+    copy = {m.group(1): m.group(2, 3, 4, 5) for m in re.finditer(
+        r"^((?:plain text|text with repeats), \d+ characters)\s+([\d.]+)\s+([\d.]+)\s+"
+        r"([\d.]+)\s+([\d.]+)$", stdout, re.M)}
+    worth = {m.group(1): (m.group(2).strip(), *m.group(3, 4, 5, 6, 7)) for m in re.finditer(
+        r"^(gpt-[\w-]+)\s+((?:L\d+H\d+ ?)+?)\s+(yes|no)\s+([\d.]+ → [\d.]+)\s+"
+        r"([\d.]+ → [\d.]+)\s+([\d.]+ → [\d.]+)\s+([\d.]+ → [\d.]+)$", stdout, re.M)}
+    if not runs or not copy or not worth:
+        raise ValueError(f"python -m qkv.tasks.own_heads: a table is missing from its output:\n"
+                         f"{stdout[-2000:]}")
+    return {"runs": runs, "copy": copy, "worth": worth}

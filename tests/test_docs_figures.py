@@ -101,6 +101,56 @@ the induction score first reached 0.384 at step 1700; the loss on the repeats fe
 steps 1750 and 1800 (2.4643 → 2.1658); training time 85.0 s
 """
 
+GPT_RUN = """step 5000: loss 2.6120 (held out), 2.8945 on the repeats, 1.8920 on plain text · \
+induction 0.230 · previous-token 0.727 · 301.2 s
+the induction score first reached 0.431 at step 5100; the loss on the repeats fell most between \
+steps 5000 and 5100 (2.8945 → 2.4722); training time 900.0 s
+"""
+GPT_TEXT_RUN = """step 100: loss 3.3200 (held out), 3.8000 on the repeats, 2.7000 on plain text · \
+induction 0.041 · previous-token 0.059 · 7.5 s
+the induction score never reached the threshold; the loss on the repeats fell most between \
+steps 100 and 200 (3.8226 → 3.7124); training time 345.1 s
+"""
+OWN_HEADS = """run                 steps   characters  first induction ≥ 0.3       best score
+attention-only      3,000     4.61 M  step 1,700 (2.61 M chars)   0.783 at step 3,000
+gpt-repeats        16,000    12.29 M  step 5,100 (3.92 M chars)   0.823 at step 8,400
+gpt-text           10,000     7.68 M  never                       0.040 at step 300
+gpt-text-256           20     0.02 M  never                       0.020 at step 10
+
+copy rule (the last 2 characters seen earlier in the window) as % of all positions:
+what                          found   right    news  statistics right
+plain text, 64 characters      15.8     4.6    1.89       36.5
+plain text, 256 characters     42.0    13.6    5.72       37.0
+plain text, 1024 characters    69.6    23.9   10.19       37.1
+plain text, 4096 characters    87.1    30.7   13.06       37.1
+text with repeats, 64 characters  27.4    19.7   15.40       27.0
+
+heads switched off (mean): its induction heads, or else its best-scoring head;
+loss in nats per character (with → without):
+model        heads     ind. plain text     news           copy wrong     repeats
+gpt-repeats  L3H2      yes  1.741 → 1.709  0.878 → 1.928  2.461 → 2.134  0.309 → 3.705
+gpt-text     L3H3      no   1.655 → 1.679  1.771 → 1.760  2.054 → 2.071  6.011 → 6.025
+gpt-text-256 L2H2      no   3.187 → 3.187  3.464 → 3.464  3.311 → 3.311  4.020 → 4.020
+"""
+
+
+def test_the_gpt_runs_and_the_own_heads_report_parse():
+    run = docs_parsers.parse_induction(GPT_RUN)
+    assert run["curve"][5000] == ("2.6120", "2.8945", "0.230", "0.727", "301.2")
+    assert run["text"] == {5000: "1.8920"} and run["first"] == ("0.431", "5100")
+    text = docs_parsers.parse_induction(GPT_TEXT_RUN)
+    assert text["first"] is None and text["text"] == {100: "2.7000"}
+    with pytest.raises(ValueError, match="qkv train induction"):
+        docs_parsers.parse_induction("step 1: nothing")
+    r = docs_parsers.parse_own_heads(OWN_HEADS)
+    assert list(r["runs"]) == ["attention-only", "gpt-repeats", "gpt-text", "gpt-text-256"]
+    assert r["runs"]["attention-only"][2] == "step 1,700 (2.61 M chars)"
+    assert r["copy"]["plain text, 64 characters"] == ("15.8", "4.6", "1.89", "36.5")
+    assert len(r["copy"]) == 5 and set(r["worth"]) == {"gpt-repeats", "gpt-text", "gpt-text-256"}
+    assert all(len(v) == 6 and v[1] in ("yes", "no") for v in r["worth"].values())
+    with pytest.raises(ValueError, match="a table is missing"):
+        docs_parsers.parse_own_heads(OWN_HEADS.split("copy rule")[0])
+
 
 def test_each_parser_reads_a_real_output_of_its_command():
     effects = docs_parsers.parse_gpt_effects(GPT_EFFECTS)
@@ -256,6 +306,7 @@ def test_the_check_lists_every_run_and_marks_the_long_and_timing_only_ones(capsy
     lines = capsys.readouterr().out.splitlines()
     assert [line.split()[0] for line in lines] == [r.name for r in RUNS]
     assert {line.split()[0] for line in lines if "(long)" in line} == \
-        {"gpt", "ring-1m", "mqar", "mqar-1600", "mqar-uniform"}
+        {"gpt", "ring-1m", "mqar", "mqar-1600", "mqar-uniform", "gpt-repeats", "gpt-text",
+         "gpt-text-256"}
     with pytest.raises(SystemExit, match="unknown run nope"):
         check_docs_figures.main(["nope"])

@@ -37,6 +37,15 @@ def client():
         yield c
 
 
+@pytest.fixture(scope="module", autouse=True)
+def measured_once():
+    """The GPT's own heads are measured once per server (about 20 s, cached): measured before
+    the fuzzing, so that no generated request waits for them past the client's timeout."""
+    from qkv.explore import own_heads_service
+
+    own_heads_service.summary()
+
+
 @SCHEMA.parametrize()
 @FUZZ
 def test_schema_fuzz_never_a_server_error(case):

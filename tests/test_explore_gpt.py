@@ -526,3 +526,72 @@ def test_the_task_verdict_is_its_oracles_on_degenerate_prompts(refusing_page, sh
     assert "prompt: type at least one character for the model to continue" in banner, banner
     assert page.locator("#view-gpt").get_attribute("data-stale") == "1"
     assert_page_clean(page)
+
+
+# -- issue 49 item 3: the GPT's own heads, trained longer or on repeats ------------------------
+def _own_heads(pg) -> dict:
+    request = urllib.request.Request(pg.base.rstrip("/") + "/api/gpt/own-heads", b"{}",
+                                     {"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=300) as answer:
+        return json.loads(answer.read())
+
+
+def test_the_gpts_own_heads_are_drawn_and_said_from_the_shipped_runs(page, phone):  # noqa: F811
+    from page_checks import small_text
+    from qkv.tasks import gpt, own_heads
+    from qkv.tasks.gpt_watch import INDUCTION
+
+    _open(page)
+    page.locator("#gpt-own").scroll_into_view_if_needed()  # asked when it comes into view
+    page.get_by_test_id("gpt-own-why").wait_for(timeout=300_000)
+    d = _own_heads(page)
+    for i, run in enumerate(own_heads.RUNS):  # the curves: each shipped file's own history
+        model, _, meta = gpt.load(run.path)
+        per_step = model.config.batch * model.config.block_size
+        rows = meta["history"]
+        for chart, key in (("gpt-own-score", "induction"), ("gpt-own-repeat", "repeat")):
+            points = page.locator(f"[data-testid^='{chart}-{i}-']").evaluate_all(
+                "els => els.map(e => [+e.dataset.x, +e.dataset.y])")
+            assert sorted(map(tuple, points)) == [(r["step"] * per_step, r[key]) for r in rows]
+        said = page.get_by_test_id(f"gpt-own-run-{run.name}").text_content()
+        first = next((r for r in rows if r["induction"] >= INDUCTION), None)
+        if first is None:  # its own oracle: the history, read here
+            best = max(r["induction"] for r in rows)
+            assert f"no induction head — its best score is {best:.3f}" in said, said
+        else:
+            assert f"an induction head from step {first['step']:,} " in said, said
+            assert f"score {first['induction']:.3f}" in said, said
+        assert page.get_by_test_id(f"gpt-own-command-{run.name}").text_content() == run.command
+    # the table's cells are the payoff rows; the sentence quotes the GPT's context and repeats
+    plain = next(r for r in d["payoff"] if r["context"] == 64 and not r["repeats"])
+    repeats = next(r for r in d["payoff"] if r["repeats"])
+    cells = page.get_by_test_id("gpt-own-payoff-64").locator("td").all_text_contents()
+    assert cells == [f"{100 * plain[k]:.1f}%" for k in ("found", "right", "news")]
+    why = page.get_by_test_id("gpt-own-why").text_content()
+    assert f"copying is news at {100 * plain['news']:.1f}% of positions" in why, why
+    assert f"wrong {100 * (1 - plain['right'] / plain['found']):.1f}% of the time" in why, why
+    assert f"offer news at {100 * repeats['news']:.1f}%" in why, why
+    # the losses with every head: the model's plain mean loss over the same windows
+    from qkv.tasks.corpus import load as load_corpus
+
+    val = load_corpus().val
+    for w in d["worth"]:
+        model = gpt.load(own_heads.run(w["name"]).path)[0]
+        x, y = gpt.windows(val, model.config.block_size, w["windows"])
+        assert w["with"]["plain"] == pytest.approx(gpt.mean_loss(model, x, y), rel=1e-6)
+        text = page.get_by_test_id(f"gpt-own-worth-{w['name']}").text_content()
+        assert f"{w['with']['plain']:.3f} → {w['without']['plain']:.3f}" in text, text
+        assert ("the induction head" in text) == w["induction_heads"], text
+        gain = {k: w["without"][k] - w["with"][k] for k in ("plain", "news", "wrong")}
+        costs = w["induction_heads"] and gain["plain"] < 0 < gain["news"] and gain["wrong"] < 0
+        assert ("costs more than it gives" in text) == costs, text
+    assert_page_clean(page)
+    assert not small_text(page), small_text(page)
+    page.locator("#gpt-own").screenshot(path=str(SCREENSHOTS / "gpt-own-heads.png"))
+    _open(phone)
+    phone.locator("#gpt-own").scroll_into_view_if_needed()
+    phone.get_by_test_id("gpt-own-why").wait_for(timeout=300_000)
+    width = phone.evaluate("document.documentElement.scrollWidth")
+    assert width <= 390, f"the GPT view is {width} px wide on a 390 px phone"
+    assert not small_text(phone), small_text(phone)
+    phone.locator("#gpt-own").screenshot(path=str(SCREENSHOTS / "gpt-own-heads-390.png"))

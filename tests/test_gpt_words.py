@@ -82,3 +82,146 @@ def test_the_second_copy_scores_in_the_docs_are_measured():
     second, uniform = gpt_watch.standard_induction_scores(
         gpt_watch.weights_of(model, roles.ids)[0], roles.half)
     assert (f"{second[1, 0]:.3f}", f"{uniform:.4f}") == block.groups()
+
+
+# -- issue 49 item 3: the GPT's own heads (docs/gpt.md), each figure from a shipped history -----
+def _history(name: str) -> dict[int, dict]:
+    from qkv.tasks import own_heads
+
+    model, _, meta = own_heads.run(name).load()
+    return {r["step"]: r for r in own_heads.history(model, meta)}
+
+
+def _best_head_worth(name: str, corpus) -> tuple[tuple[int, int], dict]:
+    """A run without an induction head: its best-scoring head and what that head is worth."""
+    from qkv.tasks import own_heads
+
+    model = own_heads.run(name).load()[0]
+    assert not own_heads.induction_heads(model)
+    head = own_heads.best_head(model)
+    return head, own_heads.worth(model, [head], corpus)
+
+
+def test_the_gpt_with_repeats_phase_change_is_said_as_its_history_shows_it():
+    from qkv.tasks.gpt_watch import INDUCTION
+
+    h = _history("gpt-repeats")
+    small = _history("attention-only")
+    text = " ".join(DOC.split())
+    first = min(s for s, r in h.items() if r["induction"] >= INDUCTION)
+    before = [h[s]["induction"] for s in h if s <= 4500]
+    assert (f"for {4500:,} steps the previous-token head grows ({h[1000]['previous']:.2f} → "
+            f"{h[4500]['previous']:.2f}) while the induction score stays at "
+            f"{min(before):.2f}–{max(before):.2f} and the loss on the repeats barely moves "
+            f"({h[1000]['repeat']:.2f} → {h[4500]['repeat']:.2f})") in text
+    assert first == 5100 and (f"within 500 steps the induction score jumps from "
+                              f"{h[4800]['induction']:.2f} to {h[5300]['induction']:.2f} and the "
+                              f"repeats' loss falls from {h[4800]['repeat']:.2f} to "
+                              f"{h[5300]['repeat']:.2f}") in text
+    small_first = min(s for s, r in small.items() if r["induction"] >= INDUCTION)
+    assert (f"at {h[first]['chars'] / 1e6:.2f} M training characters against "
+            f"{small[small_first]['chars'] / 1e6:.2f} M") in text
+    # the plain-text loss: its lowest so far at the phase change, not reached again until …
+    plain = {s: r["text"] for s, r in h.items()}
+    assert min(v for s, v in plain.items() if s <= first) == plain[first]
+    again = min(s for s in plain if s > first and plain[s] <= plain[first])
+    between = [v for s, v in plain.items() if first < s < again]
+    wobble = max(plain[b] - plain[a] for a, b in itertools.pairwise(sorted(plain)) if b < 5000)
+    assert (f"its lowest so far, {plain[first]:.3f} at step {first:,}, is not reached again "
+            f"until step {again:,}; between the two it averages {np.mean(between):.3f} (at most "
+            f"{max(between):.3f}; before step 5,000 no evaluation on its 64 windows rose more "
+            f"than {wobble:.3f} "
+            "above the one before)") in text
+
+
+def test_the_gpt_trained_longer_on_plain_text_is_said_as_its_history_shows_it():
+    from qkv.tasks import gpt_watch, own_heads
+
+    h = _history("gpt-text")
+    text = " ".join(DOC.split())
+    last = max(h)
+    best = max(h.values(), key=lambda r: r["induction"])
+    model = own_heads.run("gpt-text").load()[0]
+    uniform = gpt_watch.head_roles(model, n_sequences=16, seed=1).chance_induction  # as trained
+    assert all(r["induction"] < gpt_watch.INDUCTION for r in h.values())
+    assert 1.8 < h[last]["chars"] / _history("gpt-repeats")[5100]["chars"] < 2  # nearly twice
+    assert (f"In {last:,} steps — {h[last]['chars'] / 1e6:.2f} M training characters, nearly "
+            f"twice the {_history('gpt-repeats')[5100]['chars'] / 1e6:.2f} M") in text
+    assert (f"the best induction score is {best['induction']:.3f} (at step {best['step']:,}) and "
+            f"it ends at {h[last]['induction']:.3f}, below the {uniform:.3f} that uniform "
+            "attention would give") in text and h[last]["induction"] < uniform
+    assert (f"from {h[1000]['repeat']:.2f} at step 1,000 to {h[last]['repeat']:.2f}, as it "
+            "grows surer") in text and h[last]["repeat"] > h[1000]["repeat"]
+    assert (f"({h[2000]['text']:.3f} at step 2,000, where the shipped run stopped, to "
+            f"{h[last]['text']:.3f} at step {last:,})") in text
+
+
+def test_what_copying_is_worth_is_said_as_measured():
+    from qkv.tasks import own_heads
+    from qkv.tasks.corpus import load as load_corpus
+
+    corpus = load_corpus()
+    text = " ".join(DOC.split())
+    pay = {(r["context"], r["repeats"]): r for r in own_heads.payoff(corpus)}
+    own, rep = pay[64, False], pay[64, True]
+    assert (f"occurred earlier at {100 * own['found']:.1f}% of positions, but what followed them "
+            f"there is the next character at only {100 * own['right']:.1f}%: copying is wrong at "
+            f"{100 * (own['found'] - own['right']):.1f}% of all positions and news at "
+            f"{100 * own['news']:.2f}%") in text
+    assert (f"offer news at {100 * rep['news']:.2f}% of positions, "
+            f"{rep['news'] / own['news']:.1f}× as often") in text
+    assert (f"news at {100 * pay[256, False]['news']:.2f}% of positions in windows of 256 "
+            f"characters, {100 * pay[1024, False]['news']:.2f}% at 1,024, "
+            f"{100 * pay[4096, False]['news']:.2f}% at 4,096") in text
+    assert round((own["found"] - own["right"]) / own["news"]) == 6 and "six times as" in text
+    # the induction head of the GPT trained with repeats, switched off
+    model = own_heads.run("gpt-repeats").load()[0]
+    heads = own_heads.induction_heads(model)
+    w = own_heads.worth(model, heads, corpus)
+    name = " and ".join(f"L{a}H{b}" for a, b in heads)
+    assert w["without"]["plain"] < w["with"]["plain"]  # "costs more than it gives"
+    assert (f"the induction head {name} of the GPT trained with repeats takes that GPT's "
+            f"plain-text loss from {w['with']['plain']:.3f} *down* to "
+            f"{w['without']['plain']:.3f}") in text
+    assert (f"where copying is news ({w['with']['news']:.3f} with it, {w['without']['news']:.3f} "
+            f"without) and on the repeats ({w['with']['repeats']:.3f} against "
+            f"{w['without']['repeats']:.3f})") in text
+    assert (f"it costs {w['with']['wrong'] - w['without']['wrong']:.3f} nats "
+            f"({w['with']['wrong']:.3f} with it, {w['without']['wrong']:.3f} without)") in text
+    # the plain-text GPT: no induction head, its best-scoring head's worth
+    best, w = _best_head_worth("gpt-text", corpus)
+    assert (f"its best-scoring head in layers 1–3 (L{best[0]}H{best[1]}) is worth "
+            f"{w['without']['plain'] - w['with']['plain']:.3f} nats on plain text and nothing at "
+            f"the news positions ({w['with']['news']:.3f} with it, {w['without']['news']:.3f} "
+            "without)") in text and w["without"]["news"] <= w["with"]["news"]
+
+
+def test_the_gpt_on_256_character_windows_is_said_as_its_history_shows_it():
+    from qkv.tasks import gpt_watch, own_heads
+    from qkv.tasks.corpus import load as load_corpus
+
+    corpus = load_corpus()
+    h, h64, rep = _history("gpt-text-256"), _history("gpt-text"), _history("gpt-repeats")
+    text = " ".join(DOC.split())
+    last = max(h)
+    best = max(h.values(), key=lambda r: r["induction"])
+    assert h[last]["chars"] == h64[max(h64)]["chars"]  # "the same characters"
+    assert all(r["induction"] < gpt_watch.INDUCTION for r in h.values())
+    assert (f"its best induction score is {best['induction']:.3f} (at step {best['step']:,}) and "
+            f"its previous-token score ends at {h[last]['previous']:.3f}, where the 64-character "
+            f"run's ends at {h64[max(h64)]['previous']:.3f} and the GPT with repeats' at "
+            f"{rep[max(rep)]['previous']:.3f}") in text
+    assert max(r["previous"] for r in h.values()) < gpt_watch.PREVIOUS  # no previous-token head
+    pay = {(r["context"], r["repeats"]): r["news"] for r in own_heads.payoff(corpus)}
+    assert round(pay[256, False] / pay[64, False]) == 3 and "three times the" in text
+    assert 1 / 3 < pay[256, False] / pay[64, True] < 0.4 and "little more than a third" in text
+    assert (f"its plain-text loss ends at {h[last]['text']:.3f} on its 256-character windows, "
+            f"against {h64[max(h64)]['text']:.3f} on 64-character ones") in text
+    head, w = _best_head_worth("gpt-text-256", corpus)
+    model = own_heads.run("gpt-repeats").load()[0]
+    r = own_heads.worth(model, own_heads.induction_heads(model), corpus)
+    assert (f"its best-scoring head in layers 1–3 (L{head[0]}H{head[1]}) is worth "
+            f"{w['without']['plain'] - w['with']['plain']:.3f} nats on plain text and "
+            f"{w['without']['news'] - w['with']['news']:.3f} at the news positions, where the "
+            f"induction head of the GPT with repeats is worth "
+            f"{r['without']['news'] - r['with']['news']:.3f}") in text

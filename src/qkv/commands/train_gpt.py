@@ -63,9 +63,15 @@ happens.
   qkv train induction --seed 0 --save-weights induction-shakespeare.safetensors
                           the shipped model (src/qkv/tasks/data/induction-shakespeare.safetensors)
 
+  qkv train induction --model gpt --steps 16000 --seed 0 --save-weights gpt-repeats.safetensors
+                          the shipped GPT's own recipe on the same windows: it grows one too
+  qkv train induction --model gpt --data text --steps 10000 --seed 0
+                          the shipped GPT's recipe on plain text, 5× longer: it grows none
+
 Each evaluation prints the loss on held-out windows with repeats (all positions; only the
-repeated ones) and the best layer-1 induction and layer-0 previous-token scores on repeated
-random sequences. The recipe is qkv.tasks.induction.config; docs/gpt.md shows the run.
+repeated ones) and on plain text, and the best induction score (layers 1 and up) and layer-0
+previous-token score on repeated random sequences. The recipes are qkv.tasks.induction.config
+and gpt_config; docs/gpt.md shows the runs, and python -m qkv.tasks.own_heads what they mean.
 """
 
 
@@ -78,6 +84,16 @@ def add_induction_parser(sub) -> None:
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     p.add_argument("--eval-every", type=int, default=None,
                    help="evaluate every N steps (default: the recipe's)")
+    p.add_argument("--model", choices=("attention-only", "gpt"), default="attention-only",
+                   help="attention-only: the 2-layer model (default); gpt: the shipped GPT's "
+                        "architecture and recipe (qkv.tasks.induction.gpt_config)")
+    p.add_argument("--context", type=int, default=None,
+                   help="context length in characters (default: the recipe's, 48 or 64)")
+    p.add_argument("--batch", type=int, default=None,
+                   help="windows per step (default: the recipe's, 32 or 12)")
+    p.add_argument("--data", choices=("repeats", "text"), default="repeats",
+                   help="repeats: windows with a chunk written twice (default); text: plain "
+                        "Shakespeare windows, as the shipped GPT was trained")
     p.add_argument("--checkpoint", default="induction.safetensors",
                    help="safetensors checkpoint path, with Adam's state (default "
                         "induction.safetensors)")
@@ -100,31 +116,43 @@ def run_induction(args: argparse.Namespace) -> int:
     if path.is_dir():
         raise SystemExit(f"qkv train induction: --checkpoint {path} is a directory; give a "
                          "file name such as induction.safetensors")
+    recipe = induction.config if args.model == "attention-only" else induction.gpt_config
     changes = {"seed": args.seed}
     if args.steps is not None:
-        # a short run warms up over its first 5% at most (the recipe: 50 of 3,000)
+        # a short run warms up over its first 5% at most (the recipes: 50 of 3,000, 100 of 2,000)
         changes.update(steps=args.steps, decay_steps=args.steps,
-                       warmup=min(induction.config().warmup, max(args.steps, 0) // 20))
-    if args.eval_every is not None:
-        changes["eval_every"] = args.eval_every
+                       warmup=min(recipe().warmup, max(args.steps, 0) // 20))
+    for name, field in (("eval_every", "eval_every"), ("context", "block_size"),
+                        ("batch", "batch")):
+        if getattr(args, name) is not None:
+            changes[field] = getattr(args, name)
     try:
-        config = induction.config(**changes)
+        config = recipe(**changes)
     except ValueError as exc:
         raise SystemExit(f"qkv train induction: {exc}") from None
+    shortest = 2 * induction.MAX_LENGTH - 1  # a chunk and its copy (evaluated on every run)
+    if config.block_size < shortest:
+        raise SystemExit(f"qkv train induction: --context {config.block_size} is too short: "
+                         f"the windows with repeats hold a chunk of up to "
+                         f"{induction.MAX_LENGTH} characters and its copy; give at least "
+                         f"{shortest}")
     corpus = corpus_mod.load()
-    run = induction.InductionRun.fresh(config)
+    run = (induction.InductionRun if args.data == "repeats" else induction.TextRun).fresh(config)
     c = run.config
-    console.print(f"attention-only model: {c.n_layer} layers × {c.n_head} heads, {c.n_embd} "
-                  f"wide, context {c.block_size}, {run.model.num_params:,} parameters; windows "
-                  f"of Shakespeare with a chunk of {induction.MIN_LENGTH}–{induction.MAX_LENGTH} "
-                  f"characters repeated (in half of them random characters); batch {c.batch}, "
-                  f"AdamW lr {c.lr}, {c.steps} steps, seed {c.seed}", highlight=False)
+    model = ("attention-only model" if args.model == "attention-only" else
+             "the shipped GPT's architecture (with MLPs)")
+    data = (f"windows of Shakespeare with a chunk of {induction.MIN_LENGTH}–"
+            f"{induction.MAX_LENGTH} characters repeated (in half of them random characters)"
+            if args.data == "repeats" else "plain windows of Shakespeare (no repeats written in)")
+    console.print(f"{model}: {c.n_layer} layers × {c.n_head} heads, {c.n_embd} wide, context "
+                  f"{c.block_size}, {run.model.num_params:,} parameters; {data}; batch "
+                  f"{c.batch}, AdamW lr {c.lr}, {c.steps} steps, seed {c.seed}", highlight=False)
 
     def on_eval(r, row):
         console.print(f"step {row['step']}: loss {row['val']:.4f} (held out), "
-                      f"{row['repeat']:.4f} on the repeats · induction {row['induction']:.3f} · "
-                      f"previous-token {row['previous']:.3f} · {row['elapsed']:.1f} s",
-                      highlight=False)
+                      f"{row['repeat']:.4f} on the repeats, {row['text']:.4f} on plain text · "
+                      f"induction {row['induction']:.3f} · previous-token "
+                      f"{row['previous']:.3f} · {row['elapsed']:.1f} s", highlight=False)
 
     try:
         run.train(c.steps, corpus, checkpoint=path, on_eval=on_eval)

@@ -42,6 +42,7 @@ from . import (
     gpt_service,
     head_sizes,
     lessons,
+    own_heads_service,
     projections,
     seq2seq_service,
 )
@@ -368,6 +369,7 @@ def create_app(allowed_hosts: list[str] | None = None,
         return gpt_service.induction()
 
     circuit_service.register(app, {**BAD_INPUT, **no_gpt})  # the induction model's circuit
+    own_heads_service.register(app, {**BAD_INPUT, **no_gpt})  # does the GPT grow one?
 
     @app.post("/api/model/attentions", response_model=AttentionsResponse,
               responses={**BAD_INPUT, **NO_MODEL})

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .gpt import GPT, GPTConfig, GPTRun, mean_loss
+from .gpt import GPT, GPTConfig, GPTRun, get_batch, mean_loss, windows
 from .gpt import load as load_gpt
 
 PRETRAINED = Path(__file__).with_name("data") / "induction-shakespeare.safetensors"
@@ -84,8 +84,20 @@ def repeat_windows(data: np.ndarray, rng: np.random.Generator, n: int, block: in
     return rows[:, :-1], rows[:, 1:], copied
 
 
+def gpt_config(**changes) -> GPTConfig:
+    """The shipped GPT's recipe (:class:`~qkv.tasks.gpt.GPTConfig`'s defaults: 4 layers × 4
+    heads with MLPs, 128 wide, context 64, batch 12, AdamW at 1e-3 with warmup 100 and a
+    cosine to 1e-4 by the last step), evaluated as the induction model is: every 100 steps on
+    64 held-out windows."""
+    base = dict(eval_every=100, eval_windows=EVAL_WINDOWS, seed=0)
+    base.update(changes)
+    return GPTConfig(**base)
+
+
 class InductionRun(GPTRun):
     """:class:`qkv.tasks.gpt.GPTRun` on text with repeats, evaluated for the phase change."""
+
+    data = "repeats"  # what its batches are (TextRun: plain text)
 
     def batch(self, data):
         c = self.config
@@ -101,18 +113,32 @@ class InductionRun(GPTRun):
     def evaluate(self, corpus) -> dict:
         from .gpt_watch import head_roles
 
+        c = self.config
         train = mean_loss(self.model, *self.held_out(corpus.train, 1)[:2])
         x, y, copied = self.held_out(corpus.val, 2)
         val = mean_loss(self.model, x, y)
         copy = copy_loss(self.model, x, y, copied)
+        text = mean_loss(self.model, *windows(corpus.val, c.block_size, c.eval_windows))
         roles = head_roles(self.model, n_sequences=16, seed=1)
+        # an induction head needs a layer before it (the previous-token head): the best over
+        # layers 1 and up (the induction model has only layer 1)
         row = {"step": self.step, "train": round(train, 5), "val": round(val, 5),
-               "repeat": round(copy, 5),
-               "induction": round(float(roles.induction[-1].max()), 5),
+               "repeat": round(copy, 5), "text": round(text, 5),
+               "induction": round(float(roles.induction[1:].max()), 5),
                "previous": round(float(roles.previous_token[0].max()), 5),
                "elapsed": round(self.elapsed, 3)}
         self.history.append(row)
         return row
+
+
+class TextRun(InductionRun):
+    """The same run and evaluations on plain text (nanoGPT's batches, no repeats written in):
+    does an induction head form from the text's own repeats?"""
+
+    data = "text"
+
+    def batch(self, data):
+        return get_batch(data, self.rng, self.config.batch, self.config.block_size)
 
 
 def copy_loss(model: GPT, x: np.ndarray, y: np.ndarray, copied: np.ndarray) -> float:

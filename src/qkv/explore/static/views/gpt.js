@@ -16,6 +16,7 @@ import { bar, count, heatmap, pct, points, show1, signed } from "../gpt/draw.js"
 import {
   mount as mountInduction, setGptRoles, show as showInduction,
 } from "../gpt/induction.js";
+import { mount as mountOwn, show as showOwn } from "../gpt/own_heads.js";
 import { roleBlock, roleGrid } from "../gpt/roles.js";
 import { mountGpt as mountScale, showGpt as showScale } from "../lesson/dk_rule.js";
 import { logitWords, probabilityWords } from "../gpt/effects_words.js";
@@ -59,6 +60,16 @@ export const READS = {
     "off.head", "off.induction", "off.previous", "off.copy_loss", "off.first_loss",
     "paths.source", "paths.target", "paths.input", "paths.induction", "paths.previous",
     "paths.copy_loss", "paths.first_loss"],
+  "/api/gpt/own-heads": [
+    "threshold", "match", "runs.name", "runs.words", "runs.command", "runs.layers",
+    "runs.heads", "runs.context", "runs.batch", "runs.mlp", "runs.history.step",
+    "runs.history.chars", "runs.history.induction", "runs.history.repeat", "runs.first",
+    "runs.first.step", "runs.first.chars", "runs.first.induction", "runs.best.step",
+    "runs.best.chars", "runs.best.induction", "payoff.what", "payoff.context", "payoff.repeats",
+    "payoff.found", "payoff.right", "payoff.news", "worth.name", "worth.heads",
+    "worth.induction_heads", "worth.windows", "worth.news_share", "worth.wrong_share",
+    "worth.with.wrong", "worth.without.wrong", "worth.with.plain", "worth.with.news",
+    "worth.with.repeats", "worth.without.plain", "worth.without.news", "worth.without.repeats"],
   "/api/heads/sizes": ["models.name", "models.here", "models.decoder", "models.layers",
     "models.heads", "models.d_model", "models.d_k", "models.context", "models.kv_per_token",
     "missing"],
@@ -129,6 +140,7 @@ export function show() {
   sendGeneration();
   if (!roles) rolesChannel.send({});
   showInduction();
+  showOwn(); // the GPT trained longer, or on repeats
   showScale(); // this GPT beside the published models
 }
 
@@ -496,6 +508,7 @@ export function mount(section) {
   $("#gpt-roles-wrap").append(el("h4", {}, "The same scores on your prompt"),
     el("div", { id: "gpt-promptroles", "data-testid": "gpt-promptroles" }));
   mountInduction(section, $("#gpt-roles-wrap"));
+  mountOwn(section, $("#gpt-circuit"));
   mountScale($("#gpt-generation"));
   $("#gpt-form").addEventListener("submit", (event) => {
     event.preventDefault();
