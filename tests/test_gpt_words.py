@@ -110,8 +110,8 @@ def test_the_gpt_with_repeats_phase_change_is_said_as_its_history_shows_it():
     text = " ".join(DOC.split())
     first = min(s for s, r in h.items() if r["induction"] >= INDUCTION)
     before = [h[s]["induction"] for s in h if s <= 4500]
-    assert (f"for {4500:,} steps the previous-token head grows ({h[1000]['previous']:.2f} → "
-            f"{h[4500]['previous']:.2f}) while the induction score stays at "
+    assert (f"until step {4500:,} the previous-token head grows ({h[1000]['previous']:.2f} at "
+            f"step 1,000 → {h[4500]['previous']:.2f}) while the induction score stays at "
             f"{min(before):.2f}–{max(before):.2f} and the loss on the repeats barely moves "
             f"({h[1000]['repeat']:.2f} → {h[4500]['repeat']:.2f})") in text
     assert first == 5100 and (f"within 500 steps the induction score jumps from "
