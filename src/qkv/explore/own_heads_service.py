@@ -30,34 +30,16 @@ def _row(row: dict) -> dict:
 
 @lru_cache(maxsize=1)
 def summary() -> dict:
-    """Every figure of the page's section (cached: the shipped files are fixed; ~20 s once)."""
-    from qkv.tasks import copy_payoff, own_heads
-    from qkv.tasks.corpus import load as load_corpus
-    from qkv.tasks.gpt_watch import INDUCTION
+    """Every figure of the page's section (cached: the shipped files are fixed; ~20 s once):
+    :func:`qkv.tasks.own_heads.measure`, each model loaded once per server."""
+    from qkv.tasks import own_heads
 
-    corpus = load_corpus()
-    runs, models = [], {}
-    for r in own_heads.RUNS:
-        model, _, meta = _load(r.name)
-        models[r.name] = model
-        c = model.config
-        rows = own_heads.history(model, meta)
-        first = own_heads.first_reached(rows, INDUCTION)
-        runs.append({"name": r.name, "words": r.words, "command": r.command,
-                     "layers": c.n_layer, "heads": c.n_head, "width": c.n_embd,
-                     "context": c.block_size, "batch": c.batch, "params": model.num_params,
-                     "mlp": c.mlp, "history": [_row(x) for x in rows],
-                     "first": None if first is None else _row(first),
-                     "best": _row(max(rows, key=lambda x: x["induction"]))})
-    table = copy_payoff.next_table(corpus.train, own_heads.MATCH, corpus.tokenizer.vocab_size)
-    worth = []
-    for name in own_heads.WORTH_RUNS:
-        heads = own_heads.induction_heads(models[name])
-        w = own_heads.worth(models[name], heads or [own_heads.best_head(models[name])], corpus,
-                            table)
-        worth.append({"name": name, "induction_heads": bool(heads), **w})
-    return {"threshold": INDUCTION, "match": own_heads.MATCH, "runs": runs,
-            "payoff": own_heads.payoff(corpus, table=table), "worth": worth}
+    m = own_heads.measure(load=lambda run: _load(run.name))
+    for run in m["runs"]:
+        run["history"] = [_row(x) for x in run["history"]]
+        run["first"] = None if run["first"] is None else _row(run["first"])
+        run["best"] = _row(run["best"])
+    return m
 
 
 def register(app, responses: dict) -> None:

@@ -80,33 +80,49 @@ def next_table(train: np.ndarray, match: int, vocab: int) -> dict[int, int]:
     return dict(zip(gram[first].tolist(), nxt[first].tolist(), strict=True))
 
 
+def copy_guesses(x: np.ndarray, match: int, vocab: int) -> np.ndarray:
+    """``(n, T)`` the copy rule's prediction at each position of the windows ``x (n, T)``: the
+    character that followed the most recent earlier occurrence, in the same window, of the last
+    ``match`` characters; −1 where they did not occur before (the rule does not fire)."""
+    x = np.asarray(x)
+    codes = gram_codes(x, match, vocab)
+    guesses = np.full(x.shape, -1, np.int64)
+    for r in range(len(x)):
+        last: dict[int, int] = {}  # gram code → its most recent end position in this window
+        xs, cs = x[r].tolist(), codes[r].tolist()
+        for t, code in enumerate(cs):
+            if code < 0:
+                continue
+            j = last.get(code)
+            if j is not None:
+                guesses[r, t] = xs[j + 1]
+            last[code] = t
+    return guesses
+
+
+def _outcomes(x, y, match: int, table: dict[int, int], vocab: int) -> dict[str, np.ndarray]:
+    """Per position ``(n, T)``: the copy rule ``found`` (fires), ``right``, ``news`` (right and
+    the statistics wrong), and ``stats_right`` (the statistics alone right)."""
+    y = np.asarray(y)
+    guesses = copy_guesses(x, match, vocab)
+    codes = gram_codes(np.asarray(x), match, vocab)
+    stats = np.array([table.get(c, -1) for c in codes.ravel().tolist()],
+                     np.int64).reshape(codes.shape)
+    right = (guesses >= 0) & (guesses == y)
+    return {"found": guesses >= 0, "right": right, "news": right & (stats != y),
+            "stats_right": stats == y}
+
+
 def copy_counts(x: np.ndarray, y: np.ndarray, match: int, table: dict[int, int],
                 vocab: int, where: np.ndarray | None = None) -> CopyCounts:
     """The copy rule on windows ``x, y (n, T)`` (y the next character of x), against ``table``
     (:func:`next_table` of the training text); counted at the positions ``where (n, T)`` (all,
     by default)."""
-    x, y = np.asarray(x), np.asarray(y)
-    codes = gram_codes(x, match, vocab)
-    n, T = x.shape
-    where = np.ones((n, T), bool) if where is None else np.asarray(where, bool)
-    found = right = news = stats_right = 0
-    for r in range(n):
-        last: dict[int, int] = {}  # gram code → its most recent end position in this window
-        xs, ys, cs, ws = x[r].tolist(), y[r].tolist(), codes[r].tolist(), where[r].tolist()
-        for t in range(T):
-            code = cs[t]
-            guess = table.get(code, -1)
-            if ws[t]:
-                stats_right += guess == ys[t]
-                j = last.get(code) if code >= 0 else None
-                if j is not None:
-                    found += 1
-                    if xs[j + 1] == ys[t]:
-                        right += 1
-                        news += guess != ys[t]
-            if code >= 0:
-                last[code] = t
-    return CopyCounts(T, match, int(where.sum()), found, right, news, stats_right)
+    x = np.asarray(x)
+    where = np.ones(x.shape, bool) if where is None else np.asarray(where, bool)
+    o = _outcomes(x, y, match, table, vocab)
+    return CopyCounts(x.shape[1], match, int(where.sum()),
+                      *(int(o[k][where].sum()) for k in ("found", "right", "news", "stats_right")))
 
 
 def text_counts(corpus, context: int, match: int, table: dict[int, int] | None = None
@@ -125,22 +141,8 @@ def copy_positions(x: np.ndarray, y: np.ndarray, match: int, table: dict[int, in
     """``(news, wrong)``, each ``(n, T)``: True where the copy rule is right and the statistics
     are not (the *news* of :func:`copy_counts`), and where the copy rule fires but is wrong
     (the last ``match`` characters occurred before, and something else followed them)."""
-    codes = gram_codes(x, match, vocab)
-    news = np.zeros(x.shape, bool)
-    wrong = np.zeros(x.shape, bool)
-    for r in range(len(x)):
-        last: dict[int, int] = {}
-        xs, ys, cs = x[r].tolist(), y[r].tolist(), codes[r].tolist()
-        for t, code in enumerate(cs):
-            if code < 0:
-                continue
-            j = last.get(code)
-            if j is not None:
-                right = xs[j + 1] == ys[t]
-                news[r, t] = right and table.get(code, -1) != ys[t]
-                wrong[r, t] = not right
-            last[code] = t
-    return news, wrong
+    o = _outcomes(x, y, match, table, vocab)
+    return o["news"], o["found"] & ~o["right"]
 
 
 def position_losses(model, x: np.ndarray, y: np.ndarray, hooks: dict | None = None,

@@ -159,42 +159,61 @@ def _shares(k: copy_payoff.CopyCounts) -> dict:
             "news": k.share("news"), "stats_right": k.share("stats_right")}
 
 
-def report() -> str:
-    """Every figure of docs/gpt.md's section on the GPT's own heads, as printed there."""
+def measure(corpus=None, load=None) -> dict:
+    """Every figure of the GPT's own heads, once: ``runs`` (each :data:`RUNS` entry's shape,
+    history on the characters clock, first evaluation with an induction head or None, best
+    evaluation), ``payoff`` (:func:`payoff`) and ``worth`` (:func:`worth` of each
+    :data:`WORTH_RUNS` model's induction heads, or else its best-scoring head, with
+    ``induction_heads`` saying which). ``load(run)`` loads a run (default ``run.load()``)."""
     from .corpus import load as load_corpus
     from .gpt_watch import INDUCTION
 
-    corpus = load_corpus()
-    lines = ["run                 steps   characters  first induction ≥ 0.3       best score"]
-    loaded = {}
+    corpus = load_corpus() if corpus is None else corpus
+    runs, models = [], {}
     for r in RUNS:
-        model, _, meta = r.load()
-        loaded[r.name] = model
+        model, _, meta = r.load() if load is None else load(r)
+        models[r.name] = model
+        c = model.config
         rows = history(model, meta)
-        hit = first_reached(rows, INDUCTION)
-        best = max(rows, key=lambda row: row["induction"])
+        runs.append({"name": r.name, "words": r.words, "command": r.command,
+                     "layers": c.n_layer, "heads": c.n_head, "width": c.n_embd,
+                     "context": c.block_size, "batch": c.batch, "params": model.num_params,
+                     "mlp": c.mlp, "history": rows, "first": first_reached(rows, INDUCTION),
+                     "best": max(rows, key=lambda row: row["induction"])})
+    table = copy_payoff.next_table(corpus.train, MATCH, corpus.tokenizer.vocab_size)
+    worths = []
+    for name in WORTH_RUNS:
+        found = induction_heads(models[name])
+        w = worth(models[name], found or [best_head(models[name])], corpus, table)
+        worths.append({"name": name, "induction_heads": bool(found), **w})
+    return {"threshold": INDUCTION, "match": MATCH, "runs": runs,
+            "payoff": payoff(corpus, table=table), "worth": worths}
+
+
+def report() -> str:
+    """Every figure of docs/gpt.md's section on the GPT's own heads, as printed there."""
+    m = measure()
+    lines = ["run                 steps   characters  first induction ≥ 0.3       best score"]
+    for r in m["runs"]:
+        hit, best, end = r["first"], r["best"], r["history"][-1]
         when = (f"step {hit['step']:,} ({hit['chars'] / 1e6:.2f} M chars)" if hit else "never")
-        lines.append(f"{r.name:<18} {rows[-1]['step']:>6,} {rows[-1]['chars'] / 1e6:>8.2f} M  "
+        lines.append(f"{r['name']:<18} {end['step']:>6,} {end['chars'] / 1e6:>8.2f} M  "
                      f"{when:<27} {best['induction']:.3f} at step {best['step']:,}")
     lines += ["", f"copy rule (the last {MATCH} characters seen earlier in the window) as % of "
               "all positions:", "what                          found   right    news  "
               "statistics right"]
-    table = copy_payoff.next_table(corpus.train, MATCH, corpus.tokenizer.vocab_size)
-    for row in payoff(corpus, table=table):
+    for row in m["payoff"]:
         lines.append(f"{row['what']:<29} {100 * row['found']:5.1f} {100 * row['right']:7.1f} "
                      f"{100 * row['news']:7.2f} {100 * row['stats_right']:10.1f}")
     lines += ["", "heads switched off (mean): its induction heads, or else its best-scoring head;",
               "loss in nats per character (with → without):",
               "model        heads     ind. plain text     news           copy wrong     repeats"]
-    for name in WORTH_RUNS:
-        model = loaded[name]
-        found = induction_heads(model)
-        heads = found or [best_head(model)]
-        w = worth(model, heads, corpus, table)
+    for w in m["worth"]:
         cols = "  ".join(f"{w['with'][k]:.3f} → {w['without'][k]:.3f}"
                          for k in ("plain", "news", "wrong", "repeats"))
-        names = " ".join(f"L{a}H{b}" for a, b in heads)
-        lines.append(f"{name:<12} {names:<9} {'yes' if found else 'no':<4} {cols}")
+        names = " ".join(f"L{a}H{b}" for a, b in w["heads"])
+        lines.append(f"{w['name']:<12} {names:<9} {'yes' if w['induction_heads'] else 'no':<4} "
+                     f"{cols}")
     return "\n".join(lines)
 
 
